@@ -1,0 +1,246 @@
+"""The public, jitted entry points. The only module that applies `jax.jit` and shardings.
+
+Inputs are validated here, on the host, so bad input raises a ValueError / TypeError that names
+the problem instead of failing deep inside XLA. The un-jitted functions (`jaxdec.ar`,
+`jaxdec.model.forward`) stay pure for callers who want them inside their own jit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdec import ar, sharding
+from jaxdec.convert import export_hf as _export_hf
+from jaxdec.convert import is_orbax_dir, load_hf, load_orbax, save_orbax
+from jaxdec.model import Model
+from jaxdec.model import forward as _forward
+from jaxdec.sampling import Sampling
+from jaxdec.tokenizer import Tokenizer, load_tokenizer_dir
+from jaxdec.zoo import resolve as _resolve_zoo
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+def _resolve(path: str) -> str:
+  if not isinstance(path, (str, os.PathLike)):
+    raise TypeError(f"expected a path or 'zoo:NAME', got {type(path).__name__}")
+  path = os.fspath(path)
+  return _resolve_zoo(path) if path.startswith("zoo:") else path
+
+
+def load(path: str, dtype=None) -> Model:
+  """Load a model from 'zoo:NAME', a Hugging Face checkpoint dir, or an orbax dir (`save`).
+
+  `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept.
+  """
+  directory = _resolve(path)
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"model directory not found: {directory}")
+  if is_orbax_dir(directory):
+    model = load_orbax(directory)
+    if dtype is not None:
+      model = model.replace(params=jax.tree.map(lambda x: x.astype(dtype), model.params))
+    return model
+  if os.path.exists(os.path.join(directory, "config.json")):
+    return load_hf(directory, dtype=dtype)
+  raise ValueError(f"{directory} holds neither config.json (Hugging Face) nor "
+                   f"jaxdec_config.json (orbax)")
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+  """The tokenizer.json of 'zoo:NAME' or of a model directory."""
+  return load_tokenizer_dir(_resolve(path))
+
+
+def save(model: Model, out_dir: str, tokenizer: Tokenizer | None = None) -> str:
+  """Save as an orbax checkpoint directory that `load` reads back."""
+  return save_orbax(model, out_dir, tokenizer)
+
+
+def export_hf(model: Model, tokenizer: Tokenizer | None, out_dir: str) -> str:
+  """Write an HF directory that `transformers.AutoModelForCausalLM.from_pretrained` loads."""
+  return _export_hf(model, tokenizer, out_dir)
+
+
+def shard(model: Model, mesh: jax.sharding.Mesh) -> Model:
+  """Place the params on `mesh` (axes 'data', 'model'); `forward` / `generate` then run there."""
+  return sharding.shard_model(model, mesh)
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+def _bucket(n: int, minimum: int = 16) -> int:
+  """Static sizes come from a few buckets (powers of two, then multiples of 1024) so that
+  nearby lengths share one compiled program."""
+  if n <= minimum:
+    return minimum
+  if n <= 1024:
+    return 1 << (n - 1).bit_length()
+  return -(-n // 1024) * 1024
+
+
+def _check_model(model) -> None:
+  if not isinstance(model, Model):
+    raise TypeError(f"model must be a jaxdec Model (from jaxdec.load), got {type(model).__name__}")
+
+
+def _check_ids(ids: np.ndarray, vocab_size: int, what: str) -> None:
+  if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    bad = ids[(ids < 0) | (ids >= vocab_size)][0]
+    raise ValueError(f"{what} contains token id {int(bad)} outside the vocabulary [0, {vocab_size})")
+
+
+def prepare_prompts(prompts, lengths, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """Ragged list of token-id lists, or i32[B, L] with optional lengths -> (right-padded
+  i32[B, bucket], i32[B] lengths)."""
+  if isinstance(prompts, (list, tuple)):
+    if lengths is not None:
+      raise ValueError("`lengths` is only for array prompts; a list of lists carries its own")
+    if not prompts:
+      raise ValueError("prompts is empty: pass at least one prompt")
+    rows = []
+    for i, p in enumerate(prompts):
+      row = np.asarray(p)
+      if row.ndim != 1 or not (row.size == 0 or np.issubdtype(row.dtype, np.integer)):
+        raise TypeError(f"prompt {i} must be a flat sequence of int token ids, got {row.dtype} "
+                        f"with shape {row.shape}")
+      rows.append(row.astype(np.int64))
+    lengths = np.array([len(r) for r in rows], np.int64)
+    width = max(int(lengths.max()), 1)
+    array = np.zeros((len(rows), width), np.int64)
+    for i, r in enumerate(rows):
+      array[i, : len(r)] = r
+  else:
+    array = np.asarray(prompts)
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+      raise TypeError(f"prompts must be a list of token-id lists or an int array [B, L], got "
+                      f"{array.dtype} with shape {array.shape}")
+    lengths = (np.full((array.shape[0],), array.shape[1], np.int64) if lengths is None
+               else np.asarray(lengths).astype(np.int64))
+    if lengths.shape != (array.shape[0],):
+      raise ValueError(f"lengths must have shape ({array.shape[0]},), got {lengths.shape}")
+    if (lengths > array.shape[1]).any():
+      raise ValueError(f"lengths {lengths.tolist()} exceed the prompt width {array.shape[1]}")
+  empty = np.flatnonzero(lengths < 1)
+  if empty.size:
+    raise ValueError(f"prompt {int(empty[0])} is empty: every prompt needs at least one token")
+  real = np.arange(array.shape[1])[None, :] < lengths[:, None]
+  _check_ids(array[real], vocab_size, "prompts")
+  padded = np.zeros((array.shape[0], _bucket(array.shape[1])), np.int32)
+  padded[:, : array.shape[1]] = np.where(real, array, 0)
+  return padded, lengths.astype(np.int32)
+
+
+def _check_budget(name: str, value, lengths: np.ndarray, max_positions: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive int, got {value!r}")
+  longest = int(lengths.max())
+  if longest + value > max_positions:
+    raise ValueError(f"prompt length {longest} + {name}={value} exceeds the model's maximum of "
+                     f"{max_positions} positions")
+  return int(value)
+
+
+def _place(model: Model, *arrays):
+  """Put batch-leading host arrays on the model's mesh (data-parallel), or leave them as is."""
+  mesh = sharding.model_mesh(model)
+  if mesh is None:
+    return arrays
+  batch = sharding.batch_sharding(mesh, arrays[0].shape[0])
+  return tuple(jax.device_put(a, batch) for a in arrays)
+
+
+# ---- entry points -------------------------------------------------------------------------------
+
+@jax.jit
+def _forward_jit(model: Model, tokens: jax.Array) -> jax.Array:
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+  logits, _, _ = _forward(model.params, tokens, positions, config=model.config)
+  return logits
+
+
+def forward(model: Model, tokens) -> jax.Array:
+  """tokens i32[B, L] -> logits f32[B, L, V] (no cache; causal or bidirectional per config)."""
+  _check_model(model)
+  tokens = np.asarray(tokens)
+  if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+    raise TypeError(f"tokens must be an int array [B, L], got {tokens.dtype} with shape {tokens.shape}")
+  if tokens.shape[1] < 1:
+    raise ValueError("tokens is empty: need at least one token per row")
+  if tokens.shape[1] > model.config.max_position_embeddings:
+    raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's maximum of "
+                     f"{model.config.max_position_embeddings} positions")
+  _check_ids(tokens, model.config.vocab_size, "tokens")
+  (tokens,) = _place(model, tokens.astype(np.int32))
+  return _forward_jit(model, tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len",))
+def _generate_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling, *,
+                  buffer_len):
+  pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+  return ar.generate(model.params, prompt, prompt_lengths, max_new_tokens, key, stop_tokens,
+                     config=model.config, buffer_len=buffer_len, sampling=sampling, pad_id=pad_id)
+
+
+def _stop_tokens(model: Model, stop_tokens) -> np.ndarray:
+  ids = np.asarray(model.config.eos_token_ids if stop_tokens is None else list(stop_tokens),
+                   np.int64).reshape(-1)
+  _check_ids(ids, model.config.vocab_size, "stop_tokens")
+  return ids.astype(np.int32)
+
+
+def _sampling(sampling, key, batch: int):
+  if sampling is None:
+    return None, None
+  if not isinstance(sampling, Sampling):
+    raise TypeError(f"sampling must be jaxdec.Sampling or None (greedy), got {type(sampling).__name__}")
+  if key is None:
+    raise ValueError("sampling needs a PRNG key: pass key=jax.random.key(seed)")
+  t, k, p = (np.asarray(x) for x in (sampling.temperature, sampling.top_k, sampling.top_p))
+  for name, value in (("temperature", t), ("top_k", k), ("top_p", p)):
+    if value.shape not in ((), (batch,)):
+      raise ValueError(f"sampling.{name} must be a scalar or have shape ({batch},), got {value.shape}")
+  if (t < 0).any():
+    raise ValueError(f"sampling.temperature must be >= 0, got {t.tolist()}")
+  if (k < 0).any():
+    raise ValueError(f"sampling.top_k must be >= 0 (0 = off), got {k.tolist()}")
+  if ((p <= 0) | (p > 1)).any():
+    raise ValueError(f"sampling.top_p must be in (0, 1], got {p.tolist()}")
+  return Sampling.create(t, k, p, batch=batch), key
+
+
+def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling | None = None,
+             key: jax.Array | None = None, *, lengths=None,
+             stop_tokens: Sequence[int] | None = None) -> ar.GenerateOutput:
+  """Autoregressive generation; greedy unless `sampling` is given.
+
+  Args:
+    prompts: a list of token-id lists (ragged), or an int array [B, L] with `lengths`.
+    max_new_tokens: budget per row; traced, so nearby budgets share one compiled program.
+    sampling: `jaxdec.Sampling.create(temperature=..., top_k=..., top_p=...)`, scalars or
+      per-row values; rows with temperature 0 are greedy.
+    key: PRNG key, required with `sampling`; token (row, position) uses
+      fold_in(fold_in(key, row), position).
+    stop_tokens: ids that end a row (default: the model's EOS ids; () disables stopping).
+
+  Returns:
+    GenerateOutput: `tokens` i32[B, max_new_tokens] (generated tokens only, padded),
+    `lengths` i32[B] (a final stop token included), `stats` (`nfe`, `steps`).
+  """
+  _check_model(model)
+  prompt, prompt_lengths = prepare_prompts(prompts, lengths, model.config.vocab_size)
+  budget = _check_budget("max_new_tokens", max_new_tokens, prompt_lengths,
+                         model.config.max_position_embeddings)
+  sampling, key = _sampling(sampling, key, prompt.shape[0])
+  stops = _stop_tokens(model, stop_tokens)
+  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
+  out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
+                      buffer_len=_bucket(budget))
+  return out.replace(tokens=out.tokens[:, :budget])

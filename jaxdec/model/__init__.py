@@ -1,0 +1,24 @@
+"""Decoder core: config, params, layers, masks, attention, KV cache and `forward`."""
+
+from flax import struct
+
+from jaxdec.model.config import ModelConfig, RopeScaling
+from jaxdec.model.decoder import decode_hidden, embed, forward, unembed
+from jaxdec.model.kv_cache import KVCache
+from jaxdec.model.params import check_params, init_params, param_specs
+
+
+@struct.dataclass
+class Model:
+  """A model = (static config, params pytree). A pytree itself, so it can cross `jax.jit`."""
+
+  config: ModelConfig = struct.field(pytree_node=False)
+  params: dict
+
+  @property
+  def dtype(self):
+    return self.params["embed"].dtype
+
+
+__all__ = ["Model", "ModelConfig", "RopeScaling", "KVCache", "forward", "decode_hidden", "embed",
+           "unembed", "init_params", "param_specs", "check_params"]

@@ -1,0 +1,103 @@
+"""Model configuration: one frozen, hashable dataclass that is static under `jax.jit`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+ROPE_KINDS = ("linear", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """RoPE frequency scaling (HF `rope_parameters` with a non-default `rope_type`).
+
+  `kind` is "linear" (divide every frequency by `factor`) or "llama3" (Llama 3.1's
+  wavelength-dependent interpolation, which also uses the remaining fields).
+  """
+
+  kind: str
+  factor: float
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_position_embeddings: int = 8192
+
+  def __post_init__(self):
+    if self.kind not in ROPE_KINDS:
+      raise ValueError(f"rope scaling kind must be one of {ROPE_KINDS}, got {self.kind!r}")
+    if self.factor <= 0:
+      raise ValueError(f"rope scaling factor must be positive, got {self.factor}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """A decoder-only transformer in the Llama family (Llama, Qwen2/3, Mistral, LLaDA, Dream).
+
+  Every field is a Python scalar or tuple, so the config hashes and can be a static jit
+  argument; the weights live in a separate params pytree (see `model.params`).
+  """
+
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  max_position_embeddings: int
+  rms_norm_eps: float = 1e-6
+  rope_theta: float = 10000.0
+  rope_scaling: RopeScaling | None = None
+  tie_word_embeddings: bool = False
+  qkv_bias: bool = False  # Qwen2: biases on the q/k/v projections.
+  qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before RoPE.
+  sliding_window: int | None = None  # Mistral: a query sees at most this many keys.
+  causal: bool = True  # False for masked-diffusion models (LLaDA, Dream).
+  architecture: str = "llama"  # HF `model_type` used when exporting.
+  bos_token_id: int | None = None
+  eos_token_ids: tuple[int, ...] = ()
+  pad_token_id: int | None = None
+  mask_token_id: int | None = None  # The [MASK] id of a masked-diffusion model.
+
+  def __post_init__(self):
+    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                 "num_kv_heads", "head_dim", "max_position_embeddings"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(f"num_heads={self.num_heads} is not a multiple of "
+                       f"num_kv_heads={self.num_kv_heads}")
+    if self.head_dim % 2:
+      raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+    if self.sliding_window is not None and self.sliding_window < 1:
+      raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
+    if not isinstance(self.eos_token_ids, tuple):
+      raise TypeError(f"eos_token_ids must be a tuple, got {type(self.eos_token_ids).__name__}")
+    for name in ("bos_token_id", "pad_token_id", "mask_token_id"):
+      value = getattr(self, name)
+      if value is not None and not 0 <= value < self.vocab_size:
+        raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size})")
+    for value in self.eos_token_ids:
+      if not 0 <= value < self.vocab_size:
+        raise ValueError(f"eos token id {value} is outside the vocabulary [0, {self.vocab_size})")
+
+  @property
+  def num_params(self) -> int:
+    from jaxdec.model.params import param_shapes  # Local import: params imports config.
+
+    return sum(math.prod(shape) for shape in param_shapes(self).values())
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, data: dict) -> "ModelConfig":
+    data = dict(data)
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+      raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
+    if data.get("rope_scaling") is not None:
+      data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+    data["eos_token_ids"] = tuple(data.get("eos_token_ids", ()))
+    return cls(**data)

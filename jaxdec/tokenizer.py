@@ -1,0 +1,74 @@
+"""A thin wrapper over a Hugging Face `tokenizers` tokenizer.json with the special ids jaxdec uses."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from tokenizers import Tokenizer as HFTokenizer
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenizer:
+  """Encodes text to token ids and back; `bos/eos/pad/mask_id` are None when absent."""
+
+  backend: HFTokenizer
+  bos_id: int | None = None
+  eos_id: int | None = None
+  pad_id: int | None = None
+  mask_id: int | None = None
+
+  @classmethod
+  def from_file(cls, path: str, bos: str | None = None, eos: str | None = None,
+                pad: str | None = None, mask: str | None = None) -> "Tokenizer":
+    """Load tokenizer.json; special-token names default to those in tokenizer_config.json."""
+    directory = os.path.dirname(path)
+    names = {}
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    if os.path.exists(config_path):
+      with open(config_path) as f:
+        raw = json.load(f)
+      names = {k: raw.get(f"{k}_token") for k in ("bos", "eos", "pad", "mask")}
+    backend = HFTokenizer.from_file(path)
+    ids = {}
+    for kind, given in (("bos", bos), ("eos", eos), ("pad", pad), ("mask", mask)):
+      name = given or names.get(kind)
+      if isinstance(name, dict):  # AddedToken serialisation.
+        name = name.get("content")
+      ids[f"{kind}_id"] = backend.token_to_id(name) if name else None
+      if name and ids[f"{kind}_id"] is None:
+        raise ValueError(f"{kind} token {name!r} is not in the vocabulary of {path}")
+    return cls(backend=backend, **ids)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.backend.get_vocab_size()
+
+  def encode(self, text: str, add_bos: bool = False) -> list[int]:
+    ids = self.backend.encode(text, add_special_tokens=False).ids
+    return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
+
+  def decode(self, ids, skip_special_tokens: bool = True) -> str:
+    return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+  def save(self, directory: str) -> None:
+    """Write tokenizer.json and a tokenizer_config.json that transformers' AutoTokenizer reads."""
+    os.makedirs(directory, exist_ok=True)
+    self.backend.save(os.path.join(directory, TOKENIZER_FILE))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    for kind in ("bos", "eos", "pad", "mask"):
+      token_id = getattr(self, f"{kind}_id")
+      if token_id is not None:
+        config[f"{kind}_token"] = self.backend.id_to_token(token_id)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+      json.dump(config, f, indent=2)
+
+
+def load_tokenizer_dir(directory: str) -> Tokenizer:
+  path = os.path.join(directory, TOKENIZER_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")
+  return Tokenizer.from_file(path)

@@ -1,0 +1,22 @@
+"""The tiny zoo: small models trained by jaxdec on the CPython stdlib, shipped as HF directories."""
+
+from __future__ import annotations
+
+import os
+
+ZOO_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def available() -> list[str]:
+  """Names of the shipped zoo models (directories holding a config.json)."""
+  return sorted(d for d in os.listdir(ZOO_DIR)
+                if os.path.exists(os.path.join(ZOO_DIR, d, "config.json")))
+
+
+def resolve(name: str) -> str:
+  """'zoo:NAME' (or 'NAME') -> the model's directory; ValueError naming what exists."""
+  bare = name[len("zoo:"):] if name.startswith("zoo:") else name
+  path = os.path.join(ZOO_DIR, bare)
+  if not os.path.exists(os.path.join(path, "config.json")):
+    raise ValueError(f"unknown zoo model {name!r}; available: {available() or 'none shipped yet'}")
+  return path
