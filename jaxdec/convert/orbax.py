@@ -41,7 +41,7 @@ def load_orbax(path: str, shardings=None) -> Model:
   with open(os.path.join(path, CONFIG_FILE)) as f:
     meta = json.load(f)
   config = ModelConfig.from_dict(meta["config"])
-  dtype = np.dtype(meta["param_dtype"]) if meta["param_dtype"] != "bfloat16" else jax.numpy.bfloat16
+  dtype = jax.numpy.dtype(meta["param_dtype"])
   specs = param_specs(config)
   is_spec = lambda x: isinstance(x, ParamSpec)
   if shardings is None:

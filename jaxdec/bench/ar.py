@@ -1,0 +1,103 @@
+"""`jaxdec bench ar`: jaxdec greedy decoding vs transformers' `generate` on the same weights.
+
+Both generate exactly `new_tokens` tokens (EOS disabled) from the same prompts; runs are
+interleaved and medians reported, with compile time measured separately.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec.bench.common import Timer, environment, format_table, write_json
+from jaxdec.model import Model, ModelConfig, init_params
+
+# research/peers-cpu.md's target: 6.8M params, the size the issue's 3x goal refers to.
+RANDOM_CONFIG = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_layers=6,
+                            num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=2048,
+                            rms_norm_eps=1e-6, architecture="llama")
+
+
+def load_bench_model(path: str) -> Model:
+  """'random' = a seeded random-init 6.8M Llama; anything else goes to `jaxdec.load`."""
+  if path == "random":
+    return Model(RANDOM_CONFIG, init_params(RANDOM_CONFIG, jax.random.key(0)))
+  return jaxdec.load(path, dtype=np.float32)
+
+
+def _hf_model(model: Model, directory: str):
+  import torch
+  import transformers
+
+  jaxdec.export_hf(model, None, directory)
+  hf = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+  hf.generation_config.eos_token_id = None
+  return hf
+
+
+def run(model_path: str = "random", batch_sizes=(1, 8), prompt_len: int = 128,
+        new_tokens: int = 128, repeats: int = 5, out: str | None = None, peers: bool = True) -> dict:
+  model = load_bench_model(model_path)
+  timer = Timer()
+  rng = np.random.RandomState(0)
+  hf = None
+  tmp = tempfile.TemporaryDirectory()
+  if peers:
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    hf = _hf_model(model, tmp.name)
+  rows = []
+  for batch in batch_sizes:
+    prompts = rng.randint(3, model.config.vocab_size, (batch, prompt_len)).astype(np.int32)
+
+    def run_jaxdec():
+      out = jaxdec.generate(model, prompts, max_new_tokens=new_tokens, stop_tokens=())
+      return np.asarray(jax.block_until_ready(out.tokens))
+
+    t0 = time.perf_counter()
+    ours = run_jaxdec()
+    first_call = time.perf_counter() - t0
+    fns = {"jaxdec": run_jaxdec}
+    if hf is not None:
+      import torch
+
+      ids = torch.tensor(prompts, dtype=torch.long)
+
+      def run_hf():
+        with torch.no_grad():
+          return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                             do_sample=False, pad_token_id=0)[:, prompt_len:].numpy()
+
+      theirs = run_hf()
+      fns["transformers"] = run_hf
+    medians = timer.interleaved(fns, repeats)
+    tokens = batch * new_tokens
+    row = {"batch": batch, "jaxdec tok/s": tokens / medians["jaxdec"],
+           "jaxdec compile s": max(first_call - medians["jaxdec"], 0.0)}
+    if hf is not None:
+      row["transformers tok/s"] = tokens / medians["transformers"]
+      row["speedup"] = medians["transformers"] / medians["jaxdec"]
+      row["same tokens"] = bool(np.array_equal(ours, theirs))
+    rows.append(row)
+  tmp.cleanup()
+  columns = ["batch", "jaxdec tok/s", "transformers tok/s", "speedup", "jaxdec compile s", "same tokens"]
+  columns = [c for c in columns if any(c in r for r in rows)]
+  print(f"bench ar: {model_path} ({model.config.num_params / 1e6:.2f}M params), prompt {prompt_len}, "
+        f"{new_tokens} new tokens, greedy, median of {repeats} interleaved runs")
+  print(format_table(rows, columns))
+  warning = timer.warning()
+  if warning:
+    print(warning)
+  record = {"suite": "ar", "model": model_path, "params": model.config.num_params,
+            "prompt_len": prompt_len, "new_tokens": new_tokens, "repeats": repeats, "rows": rows,
+            "noisy_samples": timer.noisy_samples, "environment": environment()}
+  if out:
+    write_json(out, record)
+    print(f"wrote {out}")
+  return record
