@@ -15,14 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdec import ar, sharding
+from jaxdec import ar, sharding, zoo
 from jaxdec.convert import export_hf as _export_hf
 from jaxdec.convert import is_orbax_dir, load_hf, load_orbax, save_orbax
 from jaxdec.model import Model
 from jaxdec.model import forward as _forward
 from jaxdec.sampling import Sampling
 from jaxdec.tokenizer import Tokenizer, load_tokenizer_dir
-from jaxdec.zoo import resolve as _resolve_zoo
 
 
 # ---- loading ------------------------------------------------------------------------------------
@@ -31,15 +30,18 @@ def _resolve(path: str) -> str:
   if not isinstance(path, (str, os.PathLike)):
     raise TypeError(f"expected a path or 'zoo:NAME', got {type(path).__name__}")
   path = os.fspath(path)
-  return _resolve_zoo(path) if path.startswith("zoo:") else path
+  return zoo.resolve(path) if path.startswith("zoo:") else path
 
 
 def load(path: str, dtype=None) -> Model:
   """Load a model from 'zoo:NAME', a Hugging Face checkpoint dir, or an orbax dir (`save`).
 
-  `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept.
+  `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept
+  (zoo models, stored in bf16, load in float32: faster on CPU).
   """
   directory = _resolve(path)
+  if dtype is None and os.fspath(path).startswith("zoo:"):
+    dtype = jnp.dtype(zoo.inference_dtype(directory))
   if not os.path.isdir(directory):
     raise FileNotFoundError(f"model directory not found: {directory}")
   if is_orbax_dir(directory):

@@ -71,9 +71,80 @@ def _cmd_bench(args) -> int:
   return 0
 
 
+def load_config_file(path: str):
+  """Import a Python config file and return its `get_config()`."""
+  import importlib.util
+
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"config file not found: {path}")
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise ValueError(f"{path} defines no get_config()")
+  return module.get_config()
+
+
+def _cmd_train(args) -> int:
+  import dataclasses
+  import json
+
+  from jaxdec import zoo
+  from jaxdec.train.zoo import train_and_export
+
+  cfg = load_config_file(args.config)
+  if args.steps is not None:
+    cfg = dataclasses.replace(cfg, steps=args.steps, warmup_steps=min(cfg.warmup_steps, args.steps // 10))
+  workdir = args.workdir or os.path.join("runs", cfg.name)
+  export = None if args.no_export else (args.export or os.path.join(zoo.ZOO_DIR, cfg.name))
+  meta = train_and_export(cfg, workdir, export, third_party_dir=args.third_party)
+  print(json.dumps({k: meta[k] for k in ("name", "steps", "tokens_seen", "train_seconds", "eval")},
+                   indent=2, default=str))
+  if export:
+    print(f"exported {export}")
+  return 0
+
+
+def _cmd_eval(args) -> int:
+  import jaxdec
+  from jaxdec.bench.common import format_table
+  from jaxdec.train import corpus
+  from jaxdec.train.evaluate import bits_per_byte
+
+  model = jaxdec.load(args.model)
+  tokenizer = jaxdec.load_tokenizer(args.model)
+  sets = {"stdlib validation": corpus.stdlib_split("validation")}
+  for directory in args.data or []:
+    if not os.path.isdir(directory):
+      raise FileNotFoundError(f"--data directory not found: {directory}")
+    sets[directory] = corpus.list_python_files(directory)[: args.max_files]
+  rows = []
+  for name, files in sets.items():
+    texts, skipped = corpus.read_texts(files)
+    result = bits_per_byte(model, tokenizer, texts, seq_len=args.seq_len)
+    rows.append({"data": name, "files": len(texts), "tokens": result["tokens"],
+                 "nats/token": result["nats_per_token"], "bits/byte": result["bits_per_byte"]})
+  kind = "exact next-token NLL" if model.config.causal else "masked-diffusion ELBO bound"
+  print(f"{args.model}: {kind}, windows of {args.seq_len} tokens")
+  print(format_table(rows, ["data", "files", "tokens", "nats/token", "bits/byte"]))
+  return 0
+
+
+def _cmd_demo(args) -> int:
+  from jaxdec import demo
+
+  demo.run(num_prompts=args.prompts, new_tokens=args.new_tokens)
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="jaxdec", description="Fast LM decoding in JAX.")
   sub = parser.add_subparsers(dest="command", required=True)
+
+  demo = sub.add_parser("demo", help="complete held-out code with the shipped zoo models")
+  demo.add_argument("--prompts", type=int, default=3)
+  demo.add_argument("--new-tokens", type=int, default=64)
+  demo.set_defaults(fn=_cmd_demo)
 
   gen = sub.add_parser("generate", help="generate a completion with a model")
   gen.add_argument("--model", required=True, help="zoo:NAME, an HF checkpoint dir or an orbax dir")
@@ -91,6 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
   conv.add_argument("--out", required=True, help="output directory")
   conv.add_argument("--dtype", default="keep", choices=["keep", "float32", "bfloat16", "float16"])
   conv.set_defaults(fn=_cmd_convert)
+
+  train = sub.add_parser("train", help="train a model from a config file (configs/zoo/*.py)")
+  train.add_argument("--config", required=True, help="Python file with get_config() -> TrainConfig")
+  train.add_argument("--workdir", help="checkpoints and metrics (default runs/NAME); resumes if present")
+  train.add_argument("--export", help="HF-format output dir (default jaxdec/zoo/NAME)")
+  train.add_argument("--no-export", action="store_true")
+  train.add_argument("--steps", type=int, help="override the number of steps")
+  train.add_argument("--third-party", help="a directory of .py files the model never saw, evaluated at the end")
+  train.set_defaults(fn=_cmd_train)
+
+  ev = sub.add_parser("eval", help="validation bits per byte of a model")
+  ev.add_argument("--model", required=True)
+  ev.add_argument("--data", nargs="*", help="extra directories of .py files to evaluate on")
+  ev.add_argument("--max-files", type=int, default=None)
+  ev.add_argument("--seq-len", type=int, default=256)
+  ev.set_defaults(fn=_cmd_eval)
 
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   bench.add_argument("suite", choices=["ar"])

@@ -6,13 +6,15 @@ Both layouts are read: transformers v4's top-level `rope_theta` / `rope_scaling`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
 
 from jaxdec.model.config import ModelConfig, RopeScaling
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + ("llada", "Dream")
 _CLASS_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 
 # Fields that carry no information for inference (training-only, bookkeeping, or defaults that
@@ -58,10 +60,23 @@ def _token_ids(value) -> tuple[int, ...]:
   return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
 
 
+def _check_fields(raw: dict[str, Any], arch: str, consumed, ignored, required: dict) -> None:
+  unknown = set(raw) - set(consumed) - set(ignored) - set(required)
+  if unknown:
+    raise ValueError(f"unhandled config fields for {arch}: {sorted(unknown)}")
+  for field, value in required.items():
+    if field in raw and raw[field] != value:
+      raise ValueError(f"unsupported config value {field}={raw[field]!r} (jaxdec supports {value!r})")
+
+
 def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None) -> ModelConfig:
   """Translate a parsed HF config (plus optional generation_config) to a ModelConfig."""
   arch = raw.get("model_type")
-  if arch not in SUPPORTED_ARCHITECTURES:
+  if arch == "llada":
+    return _llada_config(raw)
+  if arch == "Dream":
+    return _dream_config(raw, generation)
+  if arch not in LLAMA_FAMILY:
     raise ValueError(f"unknown architecture model_type={arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
   consumed = {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -69,12 +84,7 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
       "rope_scaling", "rope_parameters", "tie_word_embeddings", "bos_token_id", "eos_token_id",
       "pad_token_id", "attention_bias", "sliding_window", "layer_types",
   }
-  unknown = set(raw) - consumed - _IGNORED - set(_REQUIRED_VALUES)
-  if unknown:
-    raise ValueError(f"unhandled config fields for {arch}: {sorted(unknown)}")
-  for field, required in _REQUIRED_VALUES.items():
-    if field in raw and raw[field] != required:
-      raise ValueError(f"unsupported config value {field}={raw[field]!r} (jaxdec supports {required!r})")
+  _check_fields(raw, arch, consumed, _IGNORED, _REQUIRED_VALUES)
   layer_types = raw.get("layer_types")
   if layer_types is not None and set(layer_types) != {"full_attention"}:
     raise ValueError(f"unsupported layer_types {sorted(set(layer_types))}: only full_attention")
@@ -123,7 +133,11 @@ def read_hf_config(path: str) -> ModelConfig:
 def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
   """ModelConfig -> an HF `config.json` dict (v5 layout) that transformers loads."""
   arch = config.architecture
-  if arch not in SUPPORTED_ARCHITECTURES:
+  if arch == "llada":
+    return _llada_to_hf(config, dtype_name)
+  if arch == "Dream":
+    return _dream_to_hf(config, dtype_name)
+  if arch not in LLAMA_FAMILY:
     raise ValueError(f"cannot export architecture {arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
   if not config.causal:
     raise ValueError("exporting a bidirectional (masked-diffusion) model as a causal LM would "
@@ -165,4 +179,100 @@ def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     out["sliding_window"] = config.sliding_window
   if arch in ("llama", "qwen3"):
     out["attention_bias"] = False
+  return out
+
+
+# LLaDA (OLMo-style remote-code config, model_type "llada"): a Llama block with full attention.
+_LLADA_IGNORED = frozenset({
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache",
+    "auto_map", "attention_dropout", "embedding_dropout", "residual_dropout", "init_device",
+    "init_fn", "init_std", "init_cutoff_factor", "flash_attention", "precision", "mlp_ratio",
+    "rope_full_precision", "alibi_bias_max", "attention_layer_norm_with_affine",
+    "multi_query_attention",
+})
+_LLADA_REQUIRED = {
+    "block_type": "llama", "activation_type": "silu", "layer_norm_type": "rms",
+    "layer_norm_with_affine": True, "attention_layer_norm": False, "bias_for_layer_norm": False,
+    "include_bias": False, "rope": True, "alibi": False, "input_emb_norm": False,
+    "scale_logits": False, "block_group_size": 1, "clip_qkv": None,
+}
+
+
+def _llada_config(raw: dict[str, Any]) -> ModelConfig:
+  consumed = {"d_model", "n_heads", "n_kv_heads", "n_layers", "mlp_hidden_size", "vocab_size",
+              "embedding_size", "max_sequence_length", "rms_norm_eps", "rope_theta", "weight_tying",
+              "include_qkv_bias", "mask_token_id", "bos_token_id", "eos_token_id", "pad_token_id"}
+  _check_fields(raw, "llada", consumed, _LLADA_IGNORED, _LLADA_REQUIRED)
+  heads = raw["n_heads"]
+  return ModelConfig(
+      vocab_size=raw.get("embedding_size") or raw["vocab_size"],
+      hidden_size=raw["d_model"],
+      intermediate_size=raw["mlp_hidden_size"],
+      num_layers=raw["n_layers"],
+      num_heads=heads,
+      num_kv_heads=raw.get("n_kv_heads") or heads,
+      head_dim=raw["d_model"] // heads,
+      max_position_embeddings=raw["max_sequence_length"],
+      rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+      rope_theta=float(raw.get("rope_theta", 10000.0)),
+      tie_word_embeddings=bool(raw.get("weight_tying", False)),
+      qkv_bias=bool(raw.get("include_qkv_bias", False)),
+      causal=False,
+      architecture="llada",
+      bos_token_id=raw.get("bos_token_id"),
+      eos_token_ids=_token_ids(raw.get("eos_token_id")),
+      pad_token_id=raw.get("pad_token_id"),
+      mask_token_id=raw["mask_token_id"],
+  )
+
+
+def _llada_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
+  if config.causal or config.mask_token_id is None:
+    raise ValueError("a llada checkpoint is a bidirectional model with a mask_token_id")
+  if config.qk_norm or config.sliding_window is not None or config.rope_scaling is not None:
+    raise ValueError("llada has no qk_norm, sliding window or rope scaling")
+  if config.head_dim * config.num_heads != config.hidden_size:
+    raise ValueError(f"llada needs head_dim * num_heads == hidden_size, got {config.head_dim} * "
+                     f"{config.num_heads} != {config.hidden_size}")
+  eos = list(config.eos_token_ids)
+  return {
+      "architectures": ["LLaDAModelLM"], "model_type": "llada", "d_model": config.hidden_size,
+      "n_heads": config.num_heads, "n_kv_heads": config.num_kv_heads, "n_layers": config.num_layers,
+      "mlp_hidden_size": config.intermediate_size, "vocab_size": config.vocab_size,
+      "embedding_size": config.vocab_size, "max_sequence_length": config.max_position_embeddings,
+      "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_theta,
+      "weight_tying": config.tie_word_embeddings, "include_qkv_bias": config.qkv_bias,
+      "mask_token_id": config.mask_token_id, "bos_token_id": config.bos_token_id, "eos_token_id": eos[0] if len(eos) == 1 else (eos or None),
+      "pad_token_id": config.pad_token_id, "dtype": dtype_name, **_LLADA_REQUIRED,
+  }
+
+
+# Dream (remote code `DreamModel`, model_type "Dream"): Qwen2 weights and fields, full attention,
+# a mask token, and shifted logits (AR-initialised: position i predicts token i + 1).
+_DREAM_IGNORED = _IGNORED | {"auto_map"}
+
+
+def _dream_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> ModelConfig:
+  qwen2 = {k: v for k, v in raw.items() if k not in ("mask_token_id", "auto_map")}
+  unknown = set(qwen2) - set(_DREAM_IGNORED) - set(_REQUIRED_VALUES) - {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+      "pad_token_id", "sliding_window", "layer_types"}
+  if unknown:
+    raise ValueError(f"unhandled config fields for Dream: {sorted(unknown)}")
+  if "mask_token_id" not in raw:
+    raise ValueError("a Dream config needs mask_token_id")
+  base = config_from_hf(dict(qwen2, model_type="qwen2"), generation)
+  return dataclasses.replace(base, causal=False, shifted_logits=True, architecture="Dream",
+                             mask_token_id=raw["mask_token_id"])
+
+
+def _dream_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
+  if config.causal or not config.shifted_logits or config.mask_token_id is None:
+    raise ValueError("a Dream checkpoint is bidirectional, shifted, with a mask_token_id")
+  qwen2 = dataclasses.replace(config, causal=True, shifted_logits=False, architecture="qwen2",
+                              mask_token_id=None)
+  out = config_to_hf(qwen2, dtype_name)
+  out.update(architectures=["DreamModel"], model_type="Dream", mask_token_id=config.mask_token_id)
   return out

@@ -27,42 +27,48 @@ class Entry(NamedTuple):
   transposed: bool  # A torch Linear weight ([out, in]).
 
 
+# HF tensor names per architecture family: (embed, final norm, head, layer prefix, per-layer names).
+_LLAMA_NAMES = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers", {
+    "attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight",
+    "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight",
+    "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
+    "bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
+})
+_LLADA_NAMES = ("model.transformer.wte.weight", "model.transformer.ln_f.weight",
+                "model.transformer.ff_out.weight", "model.transformer.blocks", {
+    "attn_norm": "attn_norm.weight", "mlp_norm": "ff_norm.weight",
+    "wq": "q_proj.weight", "wk": "k_proj.weight", "wv": "v_proj.weight", "wo": "attn_out.weight",
+    "w_gate": "ff_proj.weight", "w_up": "up_proj.weight", "w_down": "ff_out.weight",
+    "bq": "q_proj.bias", "bk": "k_proj.bias", "bv": "v_proj.bias",
+})
+
+
 def key_table(config: ModelConfig) -> dict[str, Entry]:
-  """{HF tensor name: Entry} for the Llama-family naming (Llama, Mistral, Qwen2, Qwen3)."""
+  """{HF tensor name: Entry} for every tensor the checkpoint of `config` must hold."""
   c = config
   D, F, hd = c.hidden_size, c.intermediate_size, c.head_dim
   q_out, kv_out = c.num_heads * hd, c.num_kv_heads * hd
-  table = {
-      "model.embed_tokens.weight": Entry("embed", None, (c.vocab_size, D), False),
-      "model.norm.weight": Entry("final_norm", None, (D,), False),
-  }
+  embed, norm, head, prefix, names = _LLADA_NAMES if c.architecture == "llada" else _LLAMA_NAMES
+  table = {embed: Entry("embed", None, (c.vocab_size, D), False),
+           norm: Entry("final_norm", None, (D,), False)}
   if not c.tie_word_embeddings:
-    table["lm_head.weight"] = Entry("lm_head", None, (c.vocab_size, D), True)
-  per_layer = {
-      "input_layernorm.weight": ("attn_norm", (D,), False),
-      "post_attention_layernorm.weight": ("mlp_norm", (D,), False),
-      "self_attn.q_proj.weight": ("wq", (q_out, D), True),
-      "self_attn.k_proj.weight": ("wk", (kv_out, D), True),
-      "self_attn.v_proj.weight": ("wv", (kv_out, D), True),
-      "self_attn.o_proj.weight": ("wo", (D, q_out), True),
-      "mlp.gate_proj.weight": ("w_gate", (F, D), True),
-      "mlp.up_proj.weight": ("w_up", (F, D), True),
-      "mlp.down_proj.weight": ("w_down", (D, F), True),
+    table[head] = Entry("lm_head", None, (c.vocab_size, D), True)
+  hf_shapes = {  # (HF shape, stored as a torch Linear [out, in]).
+      "attn_norm": ((D,), False), "mlp_norm": ((D,), False),
+      "wq": ((q_out, D), True), "wk": ((kv_out, D), True), "wv": ((kv_out, D), True),
+      "wo": ((D, q_out), True), "w_gate": ((F, D), True), "w_up": ((F, D), True),
+      "w_down": ((D, F), True), "bq": ((q_out,), False), "bk": ((kv_out,), False),
+      "bv": ((kv_out,), False), "q_norm": ((hd,), False), "k_norm": ((hd,), False),
   }
-  if c.qkv_bias:
-    per_layer.update({
-        "self_attn.q_proj.bias": ("bq", (q_out,), False),
-        "self_attn.k_proj.bias": ("bk", (kv_out,), False),
-        "self_attn.v_proj.bias": ("bv", (kv_out,), False),
-    })
-  if c.qk_norm:
-    per_layer.update({
-        "self_attn.q_norm.weight": ("q_norm", (hd,), False),
-        "self_attn.k_norm.weight": ("k_norm", (hd,), False),
-    })
+  layer_params = [name.split("/", 1)[1] for name in flat_specs(c) if name.startswith("layers/")]
   for i in range(c.num_layers):
-    for suffix, (name, shape, transposed) in per_layer.items():
-      table[f"model.layers.{i}.{suffix}"] = Entry(f"layers/{name}", i, shape, transposed)
+    for name in layer_params:
+      if name not in names:
+        raise ValueError(f"architecture {c.architecture!r} has no tensor for param {name!r}")
+      shape, transposed = hf_shapes[name]
+      table[f"{prefix}.{i}.{names[name]}"] = Entry(f"layers/{name}", i, shape, transposed)
   return table
 
 
@@ -143,7 +149,7 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> dict:
   for name, array in tensors:
     entry = table.get(name)
     if entry is None:
-      if name == "lm_head.weight" and config.tie_word_embeddings:
+      if name == "lm_head.weight" and config.tie_word_embeddings and config.architecture != "llada":
         tied_head = array  # Some tied checkpoints store the head too; checked against embed below.
         continue
       unexpected.append(name)

@@ -53,6 +53,7 @@ class ModelConfig:
   qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before RoPE.
   sliding_window: int | None = None  # Mistral: a query sees at most this many keys.
   causal: bool = True  # False for masked-diffusion models (LLaDA, Dream).
+  shifted_logits: bool = False  # Dream: the logits at position i predict token i + 1.
   architecture: str = "llama"  # HF `model_type` used when exporting.
   bos_token_id: int | None = None
   eos_token_ids: tuple[int, ...] = ()

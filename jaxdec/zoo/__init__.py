@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 ZOO_DIR = os.path.dirname(os.path.abspath(__file__))
+METADATA_FILE = "zoo.json"  # Recipe, seed, steps, tokens seen, validation figures.
 
 
 def available() -> list[str]:
@@ -20,3 +22,17 @@ def resolve(name: str) -> str:
   if not os.path.exists(os.path.join(path, "config.json")):
     raise ValueError(f"unknown zoo model {name!r}; available: {available() or 'none shipped yet'}")
   return path
+
+
+def metadata(directory: str) -> dict:
+  path = os.path.join(directory, METADATA_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def inference_dtype(directory: str) -> str:
+  """Zoo weights are stored in bf16 to keep the repo small; on CPU fp32 decodes faster, so zoo
+  models load in float32 unless their metadata says otherwise."""
+  return metadata(directory).get("inference_dtype", "float32")

@@ -1,0 +1,49 @@
+"""`jaxdec demo`: complete held-out code with the shipped zoo and tabulate what each method costs.
+
+Methods register a row in `METHODS`; later features (speculative decoding, diffusion) add theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec.bench.common import format_table
+from jaxdec.train.corpus import held_out_prompts
+
+
+def _greedy_ar(models, prompts, new_tokens):
+  out = jaxdec.generate(models["ar"], prompts, max_new_tokens=new_tokens)
+  return out.tokens, out.lengths, out.stats["nfe"]
+
+
+# name -> fn(models, prompts, new_tokens) -> (tokens i32[B, T], lengths i32[B], forwards i32[B])
+METHODS: dict[str, Callable] = {"greedy AR (pycode-ar)": _greedy_ar}
+
+
+def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]:
+  models = {"ar": jaxdec.load("zoo:pycode-ar")}
+  tok = jaxdec.load_tokenizer("zoo:pycode-ar")
+  prompts = held_out_prompts(tok, num_prompts, prompt_tokens=128)
+  rows = []
+  for name, method in METHODS.items():
+    method(models, prompts, new_tokens)  # Compile.
+    t0 = time.perf_counter()
+    tokens, lengths, forwards = jax.block_until_ready(method(models, prompts, new_tokens))
+    elapsed = time.perf_counter() - t0
+    lengths = np.asarray(lengths)
+    rows.append({"method": name, "tokens": int(lengths.sum()),
+                 "forwards": int(np.asarray(forwards).sum()),
+                 "tokens/forward": float(lengths.sum() / max(np.asarray(forwards).sum(), 1)),
+                 "tokens/s": float(lengths.sum() / elapsed)})
+    if len(rows) == 1:
+      for i in range(min(show, len(prompts))):
+        tail = "\n".join(tok.decode(prompts[i]).split("\n")[-4:])
+        completion = tok.decode(np.asarray(tokens[i, : lengths[i]]))
+        print(f"--- held-out prompt {i} (last lines) ---\n{tail}\033[1m{completion}\033[0m\n")
+  print(format_table(rows, ["method", "tokens", "forwards", "tokens/forward", "tokens/s"]))
+  return rows

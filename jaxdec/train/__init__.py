@@ -1,0 +1,1 @@
+"""Training: the corpus, the tokenizer, objectives and the NNX + optax trainer."""

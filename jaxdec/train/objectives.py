@@ -1,0 +1,65 @@
+"""Training objectives: pluggable frozen dataclasses with one `loss` signature.
+
+`loss(params, tokens, key, config) -> (scalar loss, metrics)`, where tokens is i32[B, L] and
+`key` drives any corruption (a pure function of the step, so resumed runs are exact).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxdec.model import ModelConfig, forward
+
+
+def _positions(tokens: jax.Array) -> jax.Array:
+  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class NextToken:
+  """Autoregressive cross-entropy: position i predicts token i + 1 (mean nats per token)."""
+
+  def loss(self, params, tokens, key, config: ModelConfig):
+    del key
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    logits, _, _ = forward(params, inputs, _positions(inputs), config=config)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return jnp.mean(nll), {"nll": jnp.mean(nll)}
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedDiffusion:
+  """LLaDA's masked-diffusion objective: per sequence a ratio t ~ U(0, 1), each token masked
+  with probability p = (1 - eps) t + eps, and cross-entropy on masked positions weighted by 1/p,
+  summed and divided by B * L. The model is bidirectional and unshifted: the prediction for
+  position i comes from output i. Its expectation upper-bounds the NLL (the ELBO)."""
+
+  eps: float = 1e-3
+
+  def corrupt(self, tokens, key, mask_id: int, t=None):
+    """(noisy tokens, masked bool[B, L], p_mask f32[B]); `t` f32[B] overrides the random ratio."""
+    t_key, m_key = jax.random.split(key)
+    if t is None:
+      t = jax.random.uniform(t_key, (tokens.shape[0],))
+    p_mask = (1.0 - self.eps) * t + self.eps
+    masked = jax.random.uniform(m_key, tokens.shape) < p_mask[:, None]
+    return jnp.where(masked, mask_id, tokens), masked, p_mask
+
+  def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None):
+    """f32[B]: sum over masked positions of CE / p_mask, per sequence."""
+    if config.mask_token_id is None or config.causal:
+      raise ValueError("masked diffusion needs a bidirectional config with mask_token_id set, got "
+                       f"causal={config.causal}, mask_token_id={config.mask_token_id}")
+    noisy, masked, p_mask = self.corrupt(tokens, key, config.mask_token_id, t)
+    logits, _, _ = forward(params, noisy, _positions(noisy), config=config)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
+    return jnp.sum(jnp.where(masked, nll, 0.0), axis=1) / p_mask, masked
+
+  def loss(self, params, tokens, key, config: ModelConfig):
+    per_seq, masked = self.weighted_nll(params, tokens, key, config)
+    loss = jnp.sum(per_seq) / tokens.size
+    return loss, {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}

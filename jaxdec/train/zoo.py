@@ -1,0 +1,97 @@
+"""Training and shipping the tiny zoo: tokenizer, corpus streams, one run, HF-format export."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdec.convert import export_hf
+from jaxdec.model import Model
+from jaxdec.tokenizer import Tokenizer
+from jaxdec.train import corpus
+from jaxdec.train.evaluate import bits_per_byte
+from jaxdec.train.tokenizer import train_bpe
+from jaxdec.train.trainer import TrainConfig, Trainer
+from jaxdec.zoo import METADATA_FILE
+
+TOKENIZER_VOCAB = 4096
+
+
+def zoo_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> Tokenizer:
+  """The shared byte-level BPE, trained on the stdlib train split (deterministic, ~5 s), cached."""
+  version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+  path = os.path.join(corpus.cache_dir(), f"tokenizer-{version}-{vocab_size}.json")
+  if not os.path.exists(path):
+    texts, _ = corpus.read_texts(corpus.stdlib_split("train"))
+    train_bpe(texts, vocab_size).backend.save(path)
+  from jaxdec.train.tokenizer import SPECIAL_TOKENS
+
+  return Tokenizer.from_file(path, **SPECIAL_TOKENS)
+
+
+def _recipe(cfg: TrainConfig) -> dict:
+  recipe = dataclasses.asdict(cfg)
+  recipe["objective"] = {"name": type(cfg.objective).__name__, **dataclasses.asdict(cfg.objective)}
+  return recipe
+
+
+def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
+                     third_party_dir: str | None = None, progress: bool = True) -> dict:
+  """Train `cfg` in `workdir` (resuming if it holds checkpoints), evaluate, and export it as an
+  HF directory with tokenizer.json and zoo.json metadata. Returns the metadata."""
+  tokenizer = zoo_tokenizer()
+  stream = corpus.token_stream("train", tokenizer)
+  val_stream = corpus.token_stream("validation", tokenizer)
+  val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
+  trainer = Trainer(cfg, workdir)
+  start_step, t0 = trainer.step, time.perf_counter()
+  records = trainer.run(stream, val_windows, progress=progress)
+  wall = time.perf_counter() - t0
+  trainer.close()
+  model = trainer.module.to_model()
+
+  val_texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
+  evals = {"stdlib_validation": bits_per_byte(model, tokenizer, val_texts, seq_len=cfg.seq_len)}
+  if third_party_dir:
+    texts, _ = corpus.read_texts(corpus.list_python_files(third_party_dir))
+    evals["third_party"] = dict(bits_per_byte(model, tokenizer, texts, seq_len=cfg.seq_len),
+                                directory=third_party_dir)
+  steps_log = _read_metrics(workdir)
+  meta = {
+      "name": cfg.name, "recipe": _recipe(cfg), "seed": cfg.seed, "steps": trainer.step,
+      "tokens_seen": trainer.step * cfg.batch_size * cfg.seq_len,
+      "params": cfg.model.num_params,
+      "train_seconds": sum(cfg.batch_size * cfg.seq_len / r["tokens_per_s"] for r in steps_log),
+      "this_run_wall_seconds": wall, "resumed_from_step": start_step,
+      "final_val_loss": next((r["val_loss"] for r in reversed(steps_log) if "val_loss" in r), None),
+      "eval": evals, "python": sys.version.split()[0], "jax": jax.__version__,
+  }
+  if export_dir:
+    export_zoo_model(model, tokenizer, export_dir, meta, cfg.export_dtype)
+  return meta
+
+
+def _read_metrics(workdir: str) -> list[dict]:
+  """The last record per step (a resumed run may have logged a step twice)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  by_step = {}
+  with open(path) as f:
+    for line in f:
+      record = json.loads(line)
+      by_step[record["step"]] = record
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def export_zoo_model(model: Model, tokenizer: Tokenizer, out_dir: str, meta: dict,
+                     dtype: str = "bfloat16") -> None:
+  stored = model.replace(params=jax.tree.map(lambda x: x.astype(jnp.dtype(dtype)), model.params))
+  export_hf(stored, tokenizer, out_dir)
+  with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
+    json.dump(meta, f, indent=2, default=str)

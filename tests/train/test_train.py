@@ -1,0 +1,128 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdec.model import Model, ModelConfig
+from jaxdec.model.params import flatten
+from jaxdec.train import corpus
+from jaxdec.train.evaluate import bits_per_byte
+from jaxdec.train.objectives import MaskedDiffusion, NextToken
+from jaxdec.train.tokenizer import SPECIAL_TOKENS, train_bpe
+from jaxdec.train.trainer import TrainConfig, Trainer
+
+VOCAB = 512
+
+
+@pytest.fixture(autouse=True)
+def _standard_promotion():
+  """optax's update rules mix Python floats and int32 step counts, which strict promotion
+  rejects; our own code stays strict everywhere else."""
+  with jax.numpy_dtype_promotion("standard"):
+    yield
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  texts, _ = corpus.read_texts(corpus.stdlib_split("validation")[:40])
+  return train_bpe(texts, VOCAB)
+
+
+@pytest.fixture(scope="module")
+def stream(tokenizer):
+  texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
+  return corpus.encode_documents(texts, tokenizer)
+
+
+def _config(objective=NextToken(), steps=40, **model_overrides):
+  model = ModelConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_layers=2,
+                      num_heads=2, num_kv_heads=1, head_dim=32, max_position_embeddings=128,
+                      tie_word_embeddings=True, **model_overrides)
+  return TrainConfig(name="tiny", model=model, objective=objective, steps=steps, batch_size=8,
+                     seq_len=64, learning_rate=3e-3, warmup_steps=4, checkpoint_every=3,
+                     eval_every=1000)
+
+
+def test_split_is_deterministic_and_disjoint():
+  train = corpus.stdlib_split("train")
+  val = corpus.stdlib_split("validation")
+  assert {f.relpath for f in train}.isdisjoint({f.relpath for f in val})
+  assert [f.relpath for f in val] == sorted(f.relpath for f in val)
+  assert all(corpus.is_validation(f.relpath) for f in val)
+  assert 0.02 < len(val) / (len(train) + len(val)) < 0.09
+  assert not any("site-packages" in f.relpath for f in train)
+
+
+def test_tokenizer_round_trips_every_validation_file(tokenizer):
+  texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
+  for text in texts:
+    assert tokenizer.decode(tokenizer.encode(text), skip_special_tokens=False) == text
+  for kind, token in SPECIAL_TOKENS.items():
+    assert tokenizer.backend.id_to_token(getattr(tokenizer, f"{kind}_id")) == token
+
+
+def test_training_loss_goes_down(tmp_path, stream):
+  trainer = Trainer(_config(), str(tmp_path))
+  records = trainer.run(stream, progress=False)
+  first, last = records[0]["loss"], np.mean([r["loss"] for r in records[-5:]])
+  assert last < first - 1.0, (first, last)
+
+
+@pytest.mark.parametrize("objective", [NextToken(), MaskedDiffusion()])
+def test_resume_continues_exactly(tmp_path, stream, objective):
+  overrides = {} if isinstance(objective, NextToken) else dict(causal=False, mask_token_id=3)
+  cfg = _config(objective, steps=6, **overrides)
+  straight = Trainer(cfg, str(tmp_path / "a"))
+  losses_a = [r["loss"] for r in straight.run(stream, progress=False)]
+  interrupted = Trainer(cfg, str(tmp_path / "b"))
+  losses_b = [r["loss"] for r in interrupted.run(stream, stop_at=3, progress=False)]
+  interrupted.close()
+  resumed = Trainer(cfg, str(tmp_path / "b"))  # A new process would do exactly this.
+  assert resumed.step == 3
+  losses_b += [r["loss"] for r in resumed.run(stream, progress=False)]
+  assert losses_a == losses_b
+  a, b = flatten(straight.module.params()), flatten(resumed.module.params())
+  for name in a:
+    np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_masked_diffusion_objective_weights_by_inverse_ratio():
+  cfg = _config(causal=False, mask_token_id=3).model
+  objective = MaskedDiffusion()
+  tokens = jnp.asarray(np.random.RandomState(0).randint(4, VOCAB, (64, 64)), jnp.int32)
+  noisy, masked, p = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.3))
+  assert abs(float(masked.mean()) - 0.3) < 0.02
+  assert bool(jnp.all(jnp.where(masked, noisy == 3, noisy == tokens)))
+  params = Trainer(_config(MaskedDiffusion(), causal=False, mask_token_id=3), "/tmp/unused-md").module.params()
+  per_seq, masked = objective.weighted_nll(params, tokens, jax.random.key(1), cfg)
+  loss, _ = objective.loss(params, tokens, jax.random.key(1), cfg)
+  np.testing.assert_allclose(loss, per_seq.sum() / tokens.size, rtol=1e-6)
+  with pytest.raises(ValueError, match="bidirectional config with mask_token_id"):
+    objective.loss(params, tokens, jax.random.key(1), _config().model)
+
+
+def test_bits_per_byte_scores_each_token_once(tokenizer):
+  """Windows overlapping by one token score every token after BOS exactly once, each with the
+  context inside its window: equal to one forward per window computed by hand."""
+  from jaxdec.model import forward, init_params
+
+  config = _config().model
+  model = Model(config, init_params(config, jax.random.key(0), std=0.1))
+  text = "def add(a, b):\n    return a + b\n" * 6
+  ids = np.asarray([tokenizer.bos_id] + tokenizer.encode(text), np.int32)
+  assert 60 < len(ids) < 128
+
+  def nll(window):
+    positions = jnp.arange(len(window) - 1, dtype=jnp.int32)[None]
+    logits, _, _ = forward(model.params, jnp.asarray(window[None, :-1]), positions, config=config)
+    logp = jax.nn.log_softmax(logits[0], axis=-1)
+    return -float(jnp.sum(jnp.take_along_axis(logp, jnp.asarray(window[1:, None]), axis=1)))
+
+  expected = sum(nll(ids[s: s + 32]) for s in range(0, len(ids) - 1, 31))
+  result = bits_per_byte(model, tokenizer, [text], seq_len=32)
+  np.testing.assert_allclose(result["nats_per_token"] * result["tokens"], expected, rtol=1e-4)
+  assert result["tokens"] == len(ids) - 1 and result["bytes"] == len(text)
+  whole = bits_per_byte(model, tokenizer, [text], seq_len=128)  # One window: the plain NLL.
+  np.testing.assert_allclose(whole["nats_per_token"] * whole["tokens"], nll(ids), rtol=1e-4)
