@@ -5,11 +5,12 @@
     out = jaxdec.generate(model, [[1, 2, 3]], max_new_tokens=32)
 """
 
-from jaxdec.api import export_hf, forward, generate, load, load_tokenizer, save, shard
+from jaxdec.api import (diffusion_generate, export_hf, forward, generate, load, load_tokenizer,
+                        save, shard)
 from jaxdec.model import Model, ModelConfig
 from jaxdec.sampling import Sampling
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "load_tokenizer", "forward", "generate", "export_hf", "save", "shard", "Model",
-           "ModelConfig", "Sampling"]
+__all__ = ["load", "load_tokenizer", "forward", "generate", "diffusion_generate", "export_hf",
+           "save", "shard", "Model", "ModelConfig", "Sampling"]

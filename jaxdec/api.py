@@ -246,3 +246,131 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
   out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
                       buffer_len=_bucket(budget))
   return out.replace(tokens=out.tokens[:, :budget])
+
+
+# ---- diffusion -----------------------------------------------------------------------------------
+
+from jaxdec import diffusion  # noqa: E402  (imported here to keep this section self-contained)
+
+
+@functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "cache", "eos"))
+def _diffusion_jit(model, prompt, prompt_lengths, steps, scheduler, temperature, cfg_scale, key,
+                   stop_tokens, *, gen_length, block_length, cache, eos):
+  return diffusion.diffusion_generate(
+      model.params, prompt, prompt_lengths, key, config=model.config, gen_length=gen_length,
+      block_length=block_length, steps=steps, scheduler=scheduler, cache=cache,
+      temperature=temperature, cfg_scale=cfg_scale, stop_tokens=stop_tokens, eos=eos)
+
+
+def _positive_int(name: str, value) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive int, got {value!r}")
+  return int(value)
+
+
+def _check_diffusion_model(model: Model, cache) -> None:
+  config = model.config
+  if config.causal:
+    raise ValueError("diffusion_generate needs a bidirectional masked-diffusion model (LLaDA, "
+                     "Dream, zoo:pycode-dlm); this model is causal: use jaxdec.generate")
+  if config.mask_token_id is None:
+    raise ValueError("diffusion_generate needs a model with a mask token; model.config."
+                     "mask_token_id is None")
+  if config.sliding_window is not None:
+    raise ValueError(f"diffusion_generate does not support sliding-window attention "
+                     f"(sliding_window={config.sliding_window})")
+  if cache is not None and not isinstance(cache, diffusion.caches.CACHES):
+    raise TypeError(f"cache must be None, jaxdec.diffusion.PrefixCache() or DualCache(), got "
+                    f"{type(cache).__name__}")
+
+
+def _eos_flags(model: Model, logits_eos_inf: bool, confidence_eos_eot_inf: bool, eos_token_id,
+               eot_token_id) -> diffusion.EosFlags:
+  if not (logits_eos_inf or confidence_eos_eot_inf):
+    return diffusion.EosFlags()
+  ids = model.config.eos_token_ids
+  eos = eos_token_id if eos_token_id is not None else (ids[0] if ids else None)
+  eot = eot_token_id if eot_token_id is not None else (ids[1] if len(ids) > 1 else eos)
+  if eos is None:
+    raise ValueError("logits_eos_inf / confidence_eos_eot_inf need an EOS id: the model has no "
+                     "eos_token_ids, pass eos_token_id=")
+  _check_ids(np.array([eos, eot]), model.config.vocab_size, "eos_token_id / eot_token_id")
+  return diffusion.EosFlags(bool(logits_eos_inf), bool(confidence_eos_eot_inf), int(eos), int(eot))
+
+
+def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length: int = 32,
+                       steps: int = 64, scheduler=None, cache=None, temperature=0.0,
+                       key: jax.Array | None = None, *, lengths=None, cfg_scale: float = 0.0,
+                       logits_eos_inf: bool = False, confidence_eos_eot_inf: bool = False,
+                       eos_token_id: int | None = None, eot_token_id: int | None = None,
+                       stop_tokens: Sequence[int] | None = None) -> diffusion.DiffusionOutput:
+  """Masked-diffusion decoding (LLaDA / Dream samplers, Fast-dLLM schedulers and caches).
+
+  Args:
+    prompts: a list of token-id lists (ragged), or an int array [B, L] with `lengths`; prompts
+      may not contain the mask token.
+    gen_length: tokens generated per row; a multiple of block_length (both static).
+    steps: forwards of the step-counting schedulers, a multiple of gen_length // block_length;
+      traced. Threshold rules ignore it (each block runs until no mask is left).
+    scheduler: `jaxdec.diffusion.FixedSteps(remasking)` (LLaDA; the default), `Dream(alg)` (the
+      default for shifted models), `Threshold(tau)`, `Factor(f)`, `Frechet(delta)`; their values
+      are traced, so sweeping them does not recompile.
+    cache: None (exact), `PrefixCache()` or `DualCache()` (Fast-dLLM; approximate).
+    temperature: >= 0, scalar or per row; > 0 needs `key` (random remasking needs one too).
+    cfg_scale: LLaDA's classifier-free guidance weight (0 = off; needs cache=None).
+    logits_eos_inf, confidence_eos_eot_inf: LLaDA's EOS flags; the ids default to the model's
+      first and second EOS ids (`eos_token_id`, `eot_token_id` override them).
+    stop_tokens: ids that end `lengths` (default: the model's EOS ids; decoding never stops early).
+
+  Returns:
+    DiffusionOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `stats` (`nfe` per row,
+    `tokens_per_forward` per row, `forwards`).
+  """
+  _check_model(model)
+  _check_diffusion_model(model, cache)
+  config = model.config
+  gen_length = _positive_int("gen_length", gen_length)
+  block_length = _positive_int("block_length", block_length)
+  steps = _positive_int("steps", steps)
+  if gen_length % block_length:
+    raise ValueError(f"gen_length={gen_length} is not a multiple of block_length={block_length}")
+  num_blocks = gen_length // block_length
+  if steps % num_blocks:
+    raise ValueError(f"steps={steps} is not divisible by the number of blocks "
+                     f"gen_length // block_length = {num_blocks}")
+  prompt, prompt_lengths = prepare_prompts(prompts, lengths, config.vocab_size)
+  real = np.arange(prompt.shape[1])[None, :] < prompt_lengths[:, None]
+  if (real & (prompt == config.mask_token_id)).any():
+    raise ValueError(f"prompts contain the mask token id {config.mask_token_id}")
+  _check_budget("gen_length", gen_length, prompt_lengths, config.max_position_embeddings)
+
+  if scheduler is None:
+    scheduler = diffusion.Dream() if config.shifted_logits else diffusion.FixedSteps()
+  if not isinstance(scheduler, diffusion.schedulers.SCHEDULERS):
+    raise TypeError(f"scheduler must be one of "
+                    f"{[s.__name__ for s in diffusion.schedulers.SCHEDULERS]}, got "
+                    f"{type(scheduler).__name__}")
+  scheduler.check()
+  scheduler = jax.tree.map(np.float32, scheduler)
+
+  batch = prompt.shape[0]
+  t = np.asarray(temperature, np.float64)
+  if t.shape not in ((), (batch,)) or not np.isfinite(t).all() or (t < 0).any():
+    raise ValueError(f"temperature must be a finite value >= 0, scalar or of shape ({batch},), "
+                     f"got {temperature!r}")
+  needs_key = (t > 0).any() or getattr(scheduler, "remasking", None) == "random"
+  if needs_key and key is None:
+    raise ValueError("temperature > 0 or random remasking needs a PRNG key: pass "
+                     "key=jax.random.key(seed)")
+  cfg = float(cfg_scale)
+  if not np.isfinite(cfg) or cfg < 0:
+    raise ValueError(f"cfg_scale must be a finite value >= 0, got {cfg_scale!r}")
+  if cfg > 0 and cache is not None:
+    raise ValueError("classifier-free guidance (cfg_scale > 0) needs cache=None")
+  eos = _eos_flags(model, logits_eos_inf, confidence_eos_eot_inf, eos_token_id, eot_token_id)
+  stops = _stop_tokens(model, stop_tokens)
+  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
+  return _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler,
+                        np.broadcast_to(t.astype(np.float32), (batch,)),
+                        np.float32(cfg) if cfg > 0 else None, key, stops, gen_length=gen_length,
+                        block_length=block_length, cache=cache, eos=eos)
