@@ -314,7 +314,7 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
       traced. Threshold rules ignore it (each block runs until no mask is left).
     scheduler: `jaxdec.diffusion.FixedSteps(remasking)` (LLaDA; the default), `Dream(alg)` (the
       default for shifted models), `Threshold(tau)`, `Factor(f)`, `Frechet(delta)`; their values
-      are traced, so sweeping them does not recompile.
+      (scalars, or one per row) are traced, so sweeping them does not recompile.
     cache: None (exact), `PrefixCache()` or `DualCache()` (Fast-dLLM; approximate).
     temperature: >= 0, scalar or per row; > 0 needs `key` (random remasking needs one too).
     cfg_scale: LLaDA's classifier-free guidance weight (0 = off; needs cache=None).
@@ -351,9 +351,13 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                     f"{[s.__name__ for s in diffusion.schedulers.SCHEDULERS]}, got "
                     f"{type(scheduler).__name__}")
   scheduler.check()
-  scheduler = jax.tree.map(np.float32, scheduler)
-
   batch = prompt.shape[0]
+  scheduler = jax.tree.map(lambda v: np.asarray(v, np.float32), scheduler,
+                           is_leaf=lambda v: isinstance(v, (list, tuple)))
+  for value in jax.tree.leaves(scheduler):
+    if value.shape not in ((), (batch,)):
+      raise ValueError(f"{type(scheduler).__name__} values must be scalars or have shape "
+                       f"({batch},), got shape {value.shape}")
   t = np.asarray(temperature, np.float64)
   if t.shape not in ((), (batch,)) or not np.isfinite(t).all() or (t < 0).any():
     raise ValueError(f"temperature must be a finite value >= 0, scalar or of shape ({batch},), "

@@ -9,11 +9,11 @@ order of equal confidences unspecified).
 
 from __future__ import annotations
 
-import math
 from typing import Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 _LOWEST = float(jnp.finfo(jnp.float32).min)
@@ -170,20 +170,29 @@ class Dream:
       raise ValueError(f"Dream.eps must be in (0, 1), got {self.eps!r}")
 
 
-def _check_finite(name: str, value) -> float:
+def _check_finite(name: str, value) -> np.ndarray:
+  """A scalar or per-row (1-D) real value, all finite."""
   try:
-    value = float(value)
+    array = np.asarray(value, np.float64)
   except (TypeError, ValueError):
-    raise TypeError(f"{name} must be a real number, got {type(value).__name__}") from None
-  if not math.isfinite(value):
-    raise ValueError(f"{name} must be finite, got {value!r}")
-  return value
+    raise TypeError(f"{name} must be a real number or a 1-D array of them, got "
+                    f"{type(value).__name__}") from None
+  if array.ndim > 1 or not np.isfinite(array).all():
+    raise ValueError(f"{name} must be finite, scalar or per row (1-D), got {value!r}")
+  return array
+
+
+def _column(value) -> jax.Array:
+  """A traced hyper-parameter, scalar or per row [B], shaped to broadcast against [B, N]."""
+  value = jnp.asarray(value, jnp.float32)
+  return value[:, None] if value.ndim == 1 else value
 
 
 @struct.dataclass
 class Threshold:
   """Fast-dLLM's threshold rule: commit every candidate with p(x0) >= tau, and always the most
-  confident one. A block runs until it has no mask left."""
+  confident one. A block runs until it has no mask left. tau: scalar or per row [B] (as the
+  other rules' values), so one batch can sweep it."""
 
   tau: jax.Array | float = 0.9
 
@@ -192,7 +201,7 @@ class Threshold:
   fills_block = True
 
   def select(self, ranked: Ranked, info: StepInfo) -> jax.Array:
-    return (ranked.confidence >= self.tau) | (ranked.rank == 0)
+    return (ranked.confidence >= _column(self.tau)) | (ranked.rank == 0)
 
   def check(self) -> None:
     _check_finite("Threshold.tau", self.tau)
@@ -213,7 +222,7 @@ class Factor:
   def select(self, ranked: Ranked, info: StepInfo) -> jax.Array:
     n = ranked.ordered.shape[-1]
     i = jnp.arange(n, dtype=jnp.int32)[None, :]
-    bound = jnp.where(i == 0, -1.0, 1.0 - self.factor / (i + 2).astype(jnp.float32))
+    bound = jnp.where(i == 0, -1.0, 1.0 - _column(self.factor) / (i + 2).astype(jnp.float32))
     fail = (ranked.ordered < bound) & (i < info.masked[:, None])
     stop = jnp.where(jnp.any(fail, axis=-1), jnp.argmax(fail, axis=-1).astype(jnp.int32),
                      info.masked - 1)
@@ -221,7 +230,7 @@ class Factor:
     return top(ranked, count)
 
   def check(self) -> None:
-    if _check_finite("Factor.factor", self.factor) <= 0:
+    if (_check_finite("Factor.factor", self.factor) <= 0).any():
       raise ValueError(f"Factor.factor must be positive, got {self.factor!r}")
 
 
@@ -244,7 +253,7 @@ class Frechet:
     lower = jnp.cumsum(jnp.where(valid, ranked.ordered, 0.0), axis=-1) - i.astype(jnp.float32)
     score = jnp.where(valid, lower - (1.0 - ranked.ordered), -jnp.inf)
     score = jnp.where(i == 0, jnp.inf, score)
-    count = jnp.maximum(jnp.sum(score > self.delta, axis=-1, dtype=jnp.int32), 1)
+    count = jnp.maximum(jnp.sum(score > _column(self.delta), axis=-1, dtype=jnp.int32), 1)
     return top(ranked, count)
 
   def check(self) -> None:

@@ -95,6 +95,20 @@ def test_threshold_sweep_trades_forwards_for_parallelism(model):
   assert nfe[0] < nfe[1] < nfe[-1] == 4 * 16  # tau > 1: one token per forward.
 
 
+@pytest.mark.parametrize("rule, values", [(Threshold, [0.2, 0.6, 0.95]), (Factor, [0.5, 1.0, 3.0]),
+                                          (Frechet, [0.0, 0.25, 0.6])])
+def test_per_row_values_equal_separate_runs(model, rule, values):
+  """One batch can sweep a threshold: row i with value i is row i run alone with it."""
+  prompts = _prompts(9, (5, 5, 5))
+  kw = dict(gen_length=16, block_length=8)
+  batch = jaxdec.diffusion_generate(model, prompts, scheduler=rule(values), **kw)
+  for i, value in enumerate(values):
+    alone = jaxdec.diffusion_generate(model, [prompts[i]], scheduler=rule(value), **kw)
+    np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0])
+    assert int(batch.stats["nfe"][i]) == int(alone.stats["nfe"][0])
+  assert len(set(batch.stats["nfe"].tolist())) > 1
+
+
 def test_no_retrace_when_only_values_change(model):
   api._diffusion_jit.clear_cache()
   key = jax.random.key(0)
@@ -160,6 +174,7 @@ def test_runs_inside_a_callers_jit(model):
     (dict(scheduler="threshold"), TypeError, "scheduler must be one of"),
     (dict(scheduler=Factor(0.0)), ValueError, "Factor.factor must be positive"),
     (dict(scheduler=Threshold(float("nan"))), ValueError, "Threshold.tau must be finite"),
+    (dict(scheduler=Threshold([0.5, 0.9])), ValueError, r"values must be scalars or have shape \(1,\)"),
     (dict(scheduler=FixedSteps("lowest")), ValueError, "FixedSteps.remasking"),
     (dict(scheduler=Dream("origin")), ValueError, "Dream.alg must be one of"),
     (dict(cache="dual"), TypeError, "cache must be None"),

@@ -1,0 +1,148 @@
+"""`jaxdec bench diffusion`: schedulers x caches on held-out code prompts with a masked-diffusion
+model (default `zoo:pycode-dlm`).
+
+The baseline is LLaDA's sampler with steps = gen_length (one token per forward, no cache). Every
+configuration reports NFE and tokens per forward (per row, averaged), tokens/s (interleaved
+medians, compile time apart), the speedup over the baseline, and its agreement with the
+baseline's tokens (the fraction of generated positions that match, and of rows that match
+entirely): parallel rules and caches are approximations of the baseline, not replicas.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec.bench.common import Timer, environment, format_table, write_json
+from jaxdec.diffusion import (DualCache, Factor, FixedSteps, Frechet, PrefixCache, Threshold)
+from jaxdec.model import Model, ModelConfig, init_params
+
+# A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
+RANDOM_CONFIG = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4,
+                            num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=512,
+                            tie_word_embeddings=True, causal=False, architecture="llada",
+                            bos_token_id=1, eos_token_ids=(2,), pad_token_id=0, mask_token_id=3)
+
+
+class Config(NamedTuple):
+  name: str
+  scheduler: object
+  cache: object
+  steps: Callable[[int], int]  # gen_length -> steps
+
+
+def configs() -> list[Config]:
+  full = lambda g: g
+  return [
+      Config("LLaDA steps=G", FixedSteps(), None, full),
+      Config("LLaDA steps=G/2", FixedSteps(), None, lambda g: g // 2),
+      Config("LLaDA steps=G + dual", FixedSteps(), DualCache(), full),
+      Config("threshold 0.9", Threshold(0.9), None, full),
+      Config("threshold 0.9 + prefix", Threshold(0.9), PrefixCache(), full),
+      Config("threshold 0.9 + dual", Threshold(0.9), DualCache(), full),
+      Config("factor 1.0 + dual", Factor(1.0), DualCache(), full),
+      Config("frechet 0.25 + dual", Frechet(0.25), DualCache(), full),
+  ]
+
+
+def load_bench_model(path: str) -> tuple[Model, object]:
+  """(model, tokenizer or None); 'random' = a seeded random-init model of pycode-dlm's size."""
+  if path == "random":
+    return Model(RANDOM_CONFIG, init_params(RANDOM_CONFIG, jax.random.key(0), std=0.5)), None
+  return jaxdec.load(path, dtype=np.float32), jaxdec.load_tokenizer(path)
+
+
+def _prompts(tokenizer, count: int, prompt_tokens: int, vocab: int) -> list[list[int]]:
+  if tokenizer is None:
+    rng = np.random.RandomState(0)
+    return [rng.randint(4, vocab, prompt_tokens).tolist() for _ in range(count)]
+  from jaxdec.train.corpus import held_out_prompts
+
+  return held_out_prompts(tokenizer, count, prompt_tokens=prompt_tokens)
+
+
+def run(model_path: str = "zoo:pycode-dlm", num_prompts: int = 4, batch_size: int = 1,
+        gen_length: int = 256, block_length: int = 32, prompt_tokens: int = 128, repeats: int = 3,
+        names: list[str] | None = None, out: str | None = None) -> dict:
+  model, tokenizer = load_bench_model(model_path)
+  prompts = _prompts(tokenizer, num_prompts, prompt_tokens, model.config.vocab_size)
+  batches = [prompts[i: i + batch_size] for i in range(0, len(prompts), batch_size)]
+  chosen = [c for c in configs() if names is None or c.name in names]
+  if names is not None and len(chosen) != len(names):
+    known = [c.name for c in configs()]
+    raise ValueError(f"unknown configurations {sorted(set(names) - set(known))}; known: {known}")
+  if chosen[0].name != "LLaDA steps=G":
+    chosen = [configs()[0]] + chosen  # The baseline is always measured.
+
+  def runner(c: Config):
+    def go():
+      outs = [jaxdec.diffusion_generate(model, b, gen_length=gen_length, block_length=block_length,
+                                        steps=c.steps(gen_length), scheduler=c.scheduler,
+                                        cache=c.cache, stop_tokens=())
+              for b in batches]
+      return jax.block_until_ready(outs)
+    return go
+
+  timer = Timer()
+  fns, results, compile_s = {}, {}, {}
+  for c in chosen:
+    fns[c.name] = runner(c)
+    t0 = time.perf_counter()
+    outs = fns[c.name]()
+    compile_s[c.name] = time.perf_counter() - t0
+    results[c.name] = (np.concatenate([np.asarray(o.tokens) for o in outs]),
+                       np.concatenate([np.asarray(o.stats["nfe"]) for o in outs]))
+  medians = timer.interleaved(fns, repeats)
+  base_tokens, _ = results[chosen[0].name]
+  base_time = medians[chosen[0].name]
+  rows = []
+  for c in chosen:
+    tokens, nfe = results[c.name]
+    same = tokens == base_tokens
+    rows.append({"config": c.name, "NFE": float(nfe.mean()),
+                 "tokens/forward": float(np.mean(gen_length / nfe)),
+                 "tokens/s": len(prompts) * gen_length / medians[c.name],
+                 "speedup": base_time / medians[c.name],
+                 "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
+                 "compile s": max(compile_s[c.name] - medians[c.name], 0.0)})
+  print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), "
+        f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens, batch {batch_size}, "
+        f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs; "
+        f"speedup and agreement vs 'LLaDA steps=G'")
+  columns = ["config", "NFE", "tokens/forward", "tokens/s", "speedup", "agreement", "rows equal",
+             "compile s"]
+  print(format_table(rows, columns))
+  warning = timer.warning()
+  if warning:
+    print(warning)
+  record = {"suite": "diffusion", "model": model_path, "params": model.config.num_params,
+            "prompts": len(prompts), "batch_size": batch_size, "gen_length": gen_length,
+            "block_length": block_length, "repeats": repeats, "rows": rows,
+            "noisy_samples": timer.noisy_samples, "environment": environment()}
+  if out:
+    write_json(out, record)
+    print(f"wrote {out}")
+  return record
+
+
+# Rows for `jaxdec demo` (signature of jaxdec.demo.METHODS: fn(models, prompts, new_tokens) ->
+# (tokens i32[B, T], lengths i32[B], forwards i32[B])); they need models["dlm"] = pycode-dlm.
+
+def _demo(scheduler, cache, block_length: int = 32):
+  def method(models, prompts, new_tokens):
+    gen = -(-new_tokens // block_length) * block_length
+    out = jaxdec.diffusion_generate(models["dlm"], prompts, gen_length=gen,
+                                    block_length=block_length, steps=gen, scheduler=scheduler,
+                                    cache=cache)
+    return out.tokens, out.lengths, out.stats["nfe"]
+  return method
+
+
+DEMO_METHODS = {
+    "diffusion LLaDA, steps = length (pycode-dlm)": _demo(FixedSteps(), None),
+    "diffusion threshold 0.9 + dual cache (pycode-dlm)": _demo(Threshold(0.9), DualCache()),
+}
