@@ -179,10 +179,10 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
     else:
       logits, new_cache, advance = jax.lax.cond(jnp.any(active & (s.step == 0)), refresh, cached,
                                                 s, start, active)
-    where = start[:, None] + offsets
-    block = jnp.take_along_axis(s.x, where, axis=1)
+    place = start[:, None] + offsets  # i32[B, N]: canvas positions of the block.
+    block = jnp.take_along_axis(s.x, place, axis=1)
     candidates = block == mask_id
-    keys = None if key is None else position_keys(key, rows, where, s.nfe)
+    keys = None if key is None else position_keys(key, rows, place, s.nfe)
     x0, conf = propose(logits, temperature, keys, confidence=confidence,
                        tempered=scheduler.tempered, mask_id=mask_id, eos=eos)
     masked = jnp.sum(candidates, axis=1, dtype=jnp.int32)
@@ -196,7 +196,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
       finished = advance & ~jnp.any(block == mask_id, axis=1)
     else:
       finished = advance & (step >= per_block)
-    return _State(x=s.x.at[rows[:, None], where].set(block),
+    return _State(x=s.x.at[rows[:, None], place].set(block),
                   block=s.block + finished.astype(jnp.int32),
                   step=jnp.where(finished, 0, step), block_masks=block_masks,
                   nfe=s.nfe + advance.astype(jnp.int32), forwards=s.forwards + 1, cache=new_cache)
