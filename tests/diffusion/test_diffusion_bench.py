@@ -7,9 +7,10 @@ from jaxdec.bench import diffusion as bench
 
 def test_bench_reports_the_baseline_and_a_fast_configuration(tmp_path, capsys):
   out = tmp_path / "diffusion.json"
-  record = bench.run("random", num_prompts=2, batch_size=2, gen_length=32, block_length=16,
+  record = bench.run("random", batch_sizes=(2,), num_prompts=2, gen_length=32, block_length=16,
                      prompt_tokens=20, repeats=1, names=["threshold 0.9 + dual"], out=str(out))
   base, fast = record["rows"]
+  assert base["batch"] == fast["batch"] == 2
   assert base["config"] == "LLaDA steps=G" and fast["config"] == "threshold 0.9 + dual"
   assert base["NFE"] == 32 and base["agreement"] == 1.0 and base["speedup"] == 1.0
   assert 1 <= fast["NFE"] <= 32 and 0.0 <= fast["agreement"] <= 1.0
