@@ -6,11 +6,11 @@
 """
 
 from jaxdec.api import (diffusion_generate, export_hf, forward, generate, load, load_tokenizer,
-                        save, shard)
+                        save, shard, speculative_generate)
 from jaxdec.model import Model, ModelConfig
 from jaxdec.sampling import Sampling
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "load_tokenizer", "forward", "generate", "diffusion_generate", "export_hf",
-           "save", "shard", "Model", "ModelConfig", "Sampling"]
+__all__ = ["load", "load_tokenizer", "forward", "generate", "speculative_generate",
+           "diffusion_generate", "export_hf", "save", "shard", "Model", "ModelConfig", "Sampling"]

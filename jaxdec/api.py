@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdec import ar, sharding, zoo
+from jaxdec import ar, sharding, spec, zoo
 from jaxdec.convert import export_hf as _export_hf
 from jaxdec.convert import is_orbax_dir, load_hf, load_orbax, save_orbax
 from jaxdec.model import Model
@@ -245,6 +245,71 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
   prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
   out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
                       buffer_len=_bucket(budget))
+  return out.replace(tokens=out.tokens[:, :budget])
+
+
+# ---- speculative decoding ------------------------------------------------------------------------
+
+@functools.partial(jax.jit, static_argnames=("buffer_len",))
+def _speculative_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling,
+                     drafter, verifier, *, buffer_len):
+  pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+  return spec.speculative_generate(model.params, prompt, prompt_lengths, max_new_tokens, key,
+                                   stop_tokens, config=model.config, drafter=drafter,
+                                   verifier=verifier, buffer_len=buffer_len, sampling=sampling,
+                                   pad_id=pad_id)
+
+
+_DRAFTERS = (spec.DraftModel, spec.PromptLookup, spec.AdaPLD)
+_VERIFIERS = (spec.Greedy, spec.Exact, spec.Truncation, spec.Collaborative)
+
+
+def _check_drafter(model: Model, drafter, verifier, prompt_lengths: np.ndarray, budget: int) -> None:
+  if not isinstance(drafter, _DRAFTERS) and not all(
+      hasattr(drafter, a) for a in ("tree", "init", "propose", "check")):
+    raise TypeError(f"drafter must be one of {[d.__name__ for d in _DRAFTERS]} or implement the "
+                    f"Drafter protocol, got {type(drafter).__name__}")
+  if not callable(verifier):
+    raise TypeError(f"verifier must be one of {[v.__name__ for v in _VERIFIERS]}, got "
+                    f"{type(verifier).__name__}")
+  drafter.check(model.config)
+  if isinstance(drafter, spec.DraftModel):
+    _check_budget("max_new_tokens + num_tokens", budget + drafter.num_tokens + 1, prompt_lengths,
+                  drafter.model.config.max_position_embeddings)
+  if not drafter.tree.is_chain and isinstance(verifier, spec.Collaborative):
+    raise ValueError("Collaborative verification needs a chain drafter, got a tree of "
+                     f"{drafter.tree.size} nodes")
+
+
+def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_tokens: int = 64,
+                         sampling: Sampling | None = None, key: jax.Array | None = None, *,
+                         lengths=None, stop_tokens: Sequence[int] | None = None) -> ar.GenerateOutput:
+  """Speculative decoding: `drafter` proposes, the target verifies in one forward per step.
+
+  Args:
+    drafter: `jaxdec.spec.DraftModel(draft_model, num_tokens)`, `PromptLookup(max_ngram,
+      num_tokens)`, `AdaPLD(...)`, or any object implementing `jaxdec.spec.Drafter`.
+    verifier: `Greedy()` (default without sampling), `Exact()` (default with sampling; lossless
+      in distribution), or the lossy `Truncation(top_k, top_p)` / `Collaborative(weight,
+      max_overshoot)`, which change the output distribution.
+    Other arguments as `generate`.
+
+  Returns:
+    GenerateOutput like `generate`; `stats` adds per-row `acceptance_length` (tokens per target
+    forward), `target_forwards`, `draft_forwards` and `accepted` (per step).
+  """
+  _check_model(model)
+  prompt, prompt_lengths = prepare_prompts(prompts, lengths, model.config.vocab_size)
+  budget = _check_budget("max_new_tokens", max_new_tokens, prompt_lengths,
+                         model.config.max_position_embeddings)
+  sampling, key = _sampling(sampling, key, prompt.shape[0])
+  if verifier is None:
+    verifier = spec.Greedy() if sampling is None else spec.Exact()
+  _check_drafter(model, drafter, verifier, prompt_lengths, budget)
+  stops = _stop_tokens(model, stop_tokens)
+  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
+  out = _speculative_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
+                         drafter, verifier, buffer_len=_bucket(budget))
   return out.replace(tokens=out.tokens[:, :budget])
 
 
