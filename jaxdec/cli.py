@@ -68,6 +68,18 @@ def _cmd_bench(args) -> int:
 
     ar.run(args.model, batch_sizes=tuple(args.batch_sizes), prompt_len=args.prompt_len,
            new_tokens=args.new_tokens, repeats=args.repeats, out=args.out, peers=not args.no_peers)
+  elif args.suite == "spec":
+    from jaxdec.bench import spec
+
+    spec.run(args.model, args.draft, num_prompts=args.prompts, new_tokens=args.new_tokens,
+             num_tokens=tuple(args.num_tokens), repeats=args.repeats, peers=not args.no_peers,
+             out=args.out)
+  else:
+    from jaxdec.bench import diffusion
+
+    diffusion.run(args.model, batch_sizes=tuple(args.batch_sizes), num_prompts=args.prompts,
+                  gen_length=args.gen_length, block_length=args.block_length,
+                  repeats=args.repeats, names=args.configs, out=args.out)
   return 0
 
 
@@ -180,15 +192,34 @@ def build_parser() -> argparse.ArgumentParser:
   ev.set_defaults(fn=_cmd_eval)
 
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
-  bench.add_argument("suite", choices=["ar"])
-  bench.add_argument("--model", default="random",
-                     help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
-  bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-  bench.add_argument("--prompt-len", type=int, default=128)
-  bench.add_argument("--new-tokens", type=int, default=128)
-  bench.add_argument("--repeats", type=int, default=5)
-  bench.add_argument("--no-peers", action="store_true", help="skip transformers")
-  bench.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
+  suites = bench.add_subparsers(dest="suite", required=True)
+  ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
+  ar.add_argument("--model", default="random",
+                  help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
+  ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+  ar.add_argument("--prompt-len", type=int, default=128)
+  ar.add_argument("--new-tokens", type=int, default=128)
+  ar.add_argument("--repeats", type=int, default=5)
+  ar.add_argument("--no-peers", action="store_true", help="skip transformers")
+  ar.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
+  sp = suites.add_parser("spec", help="speculative decoding vs AR and transformers' assisted / lookup")
+  sp.add_argument("--model", default="zoo:pycode-ar")
+  sp.add_argument("--draft", default="zoo:pycode-draft")
+  sp.add_argument("--prompts", type=int, default=8)
+  sp.add_argument("--new-tokens", type=int, default=64)
+  sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
+  sp.add_argument("--repeats", type=int, default=3)
+  sp.add_argument("--no-peers", action="store_true", help="skip transformers")
+  sp.add_argument("--out", default="bench_results/spec.json")
+  df = suites.add_parser("diffusion", help="diffusion schedulers x caches vs the LLaDA baseline")
+  df.add_argument("--model", default="zoo:pycode-dlm")
+  df.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
+  df.add_argument("--prompts", type=int, default=4)
+  df.add_argument("--gen-length", type=int, default=256)
+  df.add_argument("--block-length", type=int, default=32)
+  df.add_argument("--repeats", type=int, default=3)
+  df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
+  df.add_argument("--out", default="bench_results/diffusion.json")
   bench.set_defaults(fn=_cmd_bench)
   return parser
 

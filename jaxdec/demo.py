@@ -1,10 +1,11 @@
 """`jaxdec demo`: complete held-out code with the shipped zoo and tabulate what each method costs.
 
-Methods register a row in `METHODS`; later features (speculative decoding, diffusion) add theirs.
+Each method is one row of the table; the speculative and diffusion suites contribute theirs.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable
 
@@ -21,16 +22,20 @@ def _greedy_ar(models, prompts, new_tokens):
   return out.tokens, out.lengths, out.stats["nfe"]
 
 
-# name -> fn(models, prompts, new_tokens) -> (tokens i32[B, T], lengths i32[B], forwards i32[B])
-METHODS: dict[str, Callable] = {"greedy AR (pycode-ar)": _greedy_ar}
+def methods() -> dict[str, Callable]:
+  """name -> fn(models, prompts, new_tokens) -> (tokens i32[B, T], lengths i32[B], forwards i32[B])."""
+  from jaxdec.bench import diffusion, spec
+
+  return {"greedy AR (pycode-ar)": _greedy_ar, **spec.DEMO_METHODS, **diffusion.DEMO_METHODS}
 
 
 def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]:
-  models = {"ar": jaxdec.load("zoo:pycode-ar")}
+  models = {"ar": jaxdec.load("zoo:pycode-ar"), "draft": jaxdec.load("zoo:pycode-draft"),
+            "dlm": jaxdec.load("zoo:pycode-dlm")}
   tok = jaxdec.load_tokenizer("zoo:pycode-ar")
   prompts = held_out_prompts(tok, num_prompts, prompt_tokens=128)
   rows = []
-  for name, method in METHODS.items():
+  for name, method in methods().items():
     method(models, prompts, new_tokens)  # Compile.
     t0 = time.perf_counter()
     tokens, lengths, forwards = jax.block_until_ready(method(models, prompts, new_tokens))
@@ -44,6 +49,7 @@ def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]
       for i in range(min(show, len(prompts))):
         tail = "\n".join(tok.decode(prompts[i]).split("\n")[-4:])
         completion = tok.decode(np.asarray(tokens[i, : lengths[i]]))
-        print(f"--- held-out prompt {i} (last lines) ---\n{tail}\033[1m{completion}\033[0m\n")
+        bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
+        print(f"--- held-out prompt {i} (last lines; completion in bold) ---\n{tail}{bold}{completion}{plain}\n")
   print(format_table(rows, ["method", "tokens", "forwards", "tokens/forward", "tokens/s"]))
   return rows

@@ -1,0 +1,147 @@
+"""`jaxdec bench spec`: speculative decoding on held-out code prompts with the zoo, against jaxdec
+greedy AR and, on the same exported weights in the same run, transformers' greedy `generate`,
+assisted generation (draft model) and prompt lookup.
+
+Every row decodes the same prompts greedily (batch 1, prompt by prompt, EOS stops a row) and is
+checked token for token against jaxdec greedy AR. tau = tokens emitted per target forward
+(prefill included); transformers' target forwards are counted with a forward hook.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec import spec
+from jaxdec.bench.common import Timer, environment, format_table, write_json
+from jaxdec.train.corpus import held_out_prompts
+
+
+def _jaxdec_methods(draft, num_tokens):
+  methods = {"jaxdec greedy AR": None}
+  for k in num_tokens:
+    methods[f"jaxdec draft model k={k}"] = spec.DraftModel(draft, k)
+  methods["jaxdec prompt lookup (n<=3, 6 tokens)"] = spec.PromptLookup(3, 6)
+  methods["jaxdec AdaPLD (3 branches x 4)"] = spec.AdaPLD(max_ngram=3, min_ngram=2, depth=4, branches=3)
+  return methods
+
+
+def _run_jaxdec(model, prompts, new_tokens, drafter):
+  outs = []
+  for p in prompts:
+    if drafter is None:
+      out = jaxdec.generate(model, [p], max_new_tokens=new_tokens)
+      forwards = out.stats["nfe"]
+    else:
+      out = jaxdec.speculative_generate(model, [p], drafter, max_new_tokens=new_tokens)
+      forwards = out.stats["target_forwards"]
+    jax.block_until_ready(out.tokens)
+    outs.append((np.asarray(out.tokens[0, : int(out.lengths[0])]), int(forwards[0])))
+  return outs
+
+
+class _CountingHF:
+  """transformers model plus a forward-call counter."""
+
+  def __init__(self, directory):
+    import torch
+    import transformers
+
+    self.torch = torch
+    self.model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    self.calls = 0
+    self.model.register_forward_hook(lambda *a: setattr(self, "calls", self.calls + 1))
+
+
+def _run_hf(target: _CountingHF, prompts, new_tokens, eos, **kwargs):
+  torch = target.torch
+  outs = []
+  for p in prompts:
+    ids = torch.tensor([p], dtype=torch.long)
+    target.calls = 0
+    with torch.no_grad():
+      out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                  do_sample=False, eos_token_id=eos, pad_token_id=0, **kwargs)
+    outs.append((out[0, len(p):].numpy(), target.calls))
+  return outs
+
+
+def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft", num_prompts: int = 8,
+        prompt_tokens: int = 128, new_tokens: int = 64, num_tokens=(3, 4, 6), repeats: int = 3,
+        peers: bool = True, out: str | None = None) -> dict:
+  model, draft = jaxdec.load(target_path), jaxdec.load(draft_path)
+  tokenizer = jaxdec.load_tokenizer(target_path)
+  prompts = held_out_prompts(tokenizer, num_prompts, prompt_tokens=prompt_tokens)
+  eos = list(model.config.eos_token_ids)
+  fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
+         for name, d in _jaxdec_methods(draft, num_tokens).items()}
+  tmp = tempfile.TemporaryDirectory()
+  if peers:
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    target_dir, draft_dir = os.path.join(tmp.name, "target"), os.path.join(tmp.name, "draft")
+    jaxdec.export_hf(model, None, target_dir)
+    jaxdec.export_hf(draft, None, draft_dir)
+    hf_target, hf_draft = _CountingHF(target_dir), _CountingHF(draft_dir)
+    fns["transformers greedy"] = lambda: _run_hf(hf_target, prompts, new_tokens, eos)
+    fns["transformers assisted (draft model, defaults)"] = lambda: _run_hf(
+        hf_target, prompts, new_tokens, eos, assistant_model=hf_draft.model)
+    fns["transformers prompt lookup (n<=3, 6 tokens)"] = lambda: _run_hf(
+        hf_target, prompts, new_tokens, eos, prompt_lookup_num_tokens=6, max_matching_ngram_size=3)
+
+  results, compile_s = {}, {}
+  for name, fn in fns.items():  # First call: compile (jaxdec) / warm-up (torch); keep outputs.
+    t0 = time.perf_counter()
+    results[name] = fn()
+    compile_s[name] = time.perf_counter() - t0
+  timer = Timer()
+  medians = timer.interleaved(fns, repeats)
+  tmp.cleanup()
+
+  reference = results["jaxdec greedy AR"]
+  base_time = medians["jaxdec greedy AR"]
+  rows = []
+  for name, outs in results.items():
+    tokens = sum(len(t) for t, _ in outs)
+    forwards = sum(f for _, f in outs)
+    rows.append({
+        "method": name, "tau": tokens / forwards, "target forwards": forwards, "tokens": tokens,
+        "tokens/s": tokens / medians[name], "speedup vs jaxdec AR": base_time / medians[name],
+        "same as AR": all(np.array_equal(a, b) for (a, _), (b, _) in zip(outs, reference)),
+        "first call s": compile_s[name],
+    })
+  columns = ["method", "tau", "target forwards", "tokens/s", "speedup vs jaxdec AR", "same as AR",
+             "first call s"]
+  print(f"bench spec: {target_path} + {draft_path}, {len(prompts)} held-out prompts of <= "
+        f"{prompt_tokens} tokens, {new_tokens} new tokens, greedy, batch 1, median of {repeats}")
+  print(format_table(rows, columns))
+  if timer.warning():
+    print(timer.warning())
+  record = {"suite": "spec", "target": target_path, "draft": draft_path, "prompts": len(prompts),
+            "new_tokens": new_tokens, "repeats": repeats, "rows": rows,
+            "noisy_samples": timer.noisy_samples, "environment": environment()}
+  if out:
+    write_json(out, record)
+    print(f"wrote {out}")
+  return record
+
+
+def _demo(drafter_fn):
+  def method(models, prompts, new_tokens):
+    out = jaxdec.speculative_generate(models["ar"], prompts, drafter_fn(models), max_new_tokens=new_tokens)
+    return out.tokens, out.lengths, out.stats["target_forwards"]
+
+  return method
+
+
+# Rows for `jaxdec demo` (signature of jaxdec.demo.METHODS).
+DEMO_METHODS = {
+    "speculative: prompt lookup (pycode-ar)": _demo(lambda m: spec.PromptLookup(3, 6)),
+    "speculative: draft model k=4 (pycode-ar + pycode-draft)": _demo(lambda m: spec.DraftModel(m["draft"], 4)),
+}
