@@ -1,27 +1,32 @@
-"""Training objectives: pluggable frozen dataclasses with one `loss` signature.
+"""Training objectives: pluggable pytree dataclasses with one `loss` signature.
 
 `loss(params, tokens, key, config) -> (scalar loss, metrics)`, where tokens is i32[B, L] and
 `key` drives any corruption (a pure function of the step, so resumed runs are exact).
+`prepare()` returns the objective ready to run (a teacher loaded, say); settings are static
+fields, so an objective is a jit argument.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxdec.model import ModelConfig, forward
+from flax import struct
+
+from jaxdec.model import Model, ModelConfig, forward
 
 
 def _positions(tokens: jax.Array) -> jax.Array:
   return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
 
 
-@dataclasses.dataclass(frozen=True)
+@struct.dataclass
 class NextToken:
   """Autoregressive cross-entropy: position i predicts token i + 1 (mean nats per token)."""
+
+  def prepare(self) -> "NextToken":
+    return self
 
   def loss(self, params, tokens, key, config: ModelConfig):
     del key
@@ -31,14 +36,17 @@ class NextToken:
     return jnp.mean(nll), {"nll": jnp.mean(nll)}
 
 
-@dataclasses.dataclass(frozen=True)
+@struct.dataclass
 class MaskedDiffusion:
   """LLaDA's masked-diffusion objective: per sequence a ratio t ~ U(0, 1), each token masked
   with probability p = (1 - eps) t + eps, and cross-entropy on masked positions weighted by 1/p,
   summed and divided by B * L. The model is bidirectional and unshifted: the prediction for
   position i comes from output i. Its expectation upper-bounds the NLL (the ELBO)."""
 
-  eps: float = 1e-3
+  eps: float = struct.field(pytree_node=False, default=1e-3)
+
+  def prepare(self) -> "MaskedDiffusion":
+    return self
 
   def corrupt(self, tokens, key, mask_id: int, t=None):
     """(noisy tokens, masked bool[B, L], p_mask f32[B]); `t` f32[B] overrides the random ratio."""
@@ -63,3 +71,37 @@ class MaskedDiffusion:
     per_seq, masked = self.weighted_nll(params, tokens, key, config)
     loss = jnp.sum(per_seq) / tokens.size
     return loss, {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
+
+
+@struct.dataclass
+class Distill:
+  """Distillation of an AR teacher into a (draft) student: KL(teacher || student) between their
+  next-token distributions at temperature T (DistillSpec). A draft trained this way agrees
+  with its target more often than one trained on the data alone, which is what speculative
+  decoding rewards. `teacher` is a model path ('zoo:...' or a directory)."""
+
+  teacher: str = struct.field(pytree_node=False, default="zoo:pycode-ar")
+  temperature: float = struct.field(pytree_node=False, default=1.0)
+  teacher_model: Model | None = None  # Loaded by prepare().
+
+  def prepare(self) -> "Distill":
+    from jaxdec import api
+
+    return self.replace(teacher_model=api.load(self.teacher, dtype=jnp.float32))
+
+  def loss(self, params, tokens, key, config: ModelConfig):
+    del key
+    teacher = self.teacher_model
+    if teacher is None:
+      raise ValueError("Distill.loss needs prepare() to load the teacher first")
+    if teacher.config.vocab_size != config.vocab_size:
+      raise ValueError(f"teacher vocabulary {teacher.config.vocab_size} != student {config.vocab_size}")
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    student, _, _ = forward(params, inputs, _positions(inputs), config=config)
+    target_logits, _, _ = forward(teacher.params, inputs, _positions(inputs), config=teacher.config)
+    t = self.temperature
+    teacher_logp = jax.nn.log_softmax(jax.lax.stop_gradient(target_logits) / t, axis=-1)
+    student_logp = jax.nn.log_softmax(student / t, axis=-1)
+    kl = jnp.sum(jnp.exp(teacher_logp) * (teacher_logp - student_logp), axis=-1)
+    nll = optax.softmax_cross_entropy_with_integer_labels(student, targets)
+    return jnp.mean(kl) * t * t, {"kl": jnp.mean(kl), "nll": jnp.mean(nll)}

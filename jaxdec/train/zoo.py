@@ -38,7 +38,8 @@ def zoo_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> Tokenizer:
 
 def _recipe(cfg: TrainConfig) -> dict:
   recipe = dataclasses.asdict(cfg)
-  recipe["objective"] = {"name": type(cfg.objective).__name__, **dataclasses.asdict(cfg.objective)}
+  settings = {k: v for k, v in dataclasses.asdict(cfg.objective).items() if k != "teacher_model"}
+  recipe["objective"] = {"name": type(cfg.objective).__name__, **settings}
   return recipe
 
 
@@ -55,7 +56,8 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   records = trainer.run(stream, val_windows, progress=progress)
   wall = time.perf_counter() - t0
   trainer.close()
-  model = trainer.module.to_model()
+  # Evaluate the weights that ship: rounded to the export dtype, computed in fp32.
+  model = _rounded(trainer.module.to_model(), cfg.export_dtype)
 
   val_texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
   evals = {"stdlib_validation": bits_per_byte(model, tokenizer, val_texts, seq_len=cfg.seq_len)}
@@ -89,8 +91,14 @@ def _read_metrics(workdir: str) -> list[dict]:
   return [by_step[s] for s in sorted(by_step)]
 
 
+def _rounded(model: Model, dtype: str) -> Model:
+  """The model as it will load after storage in `dtype`: rounded, then back to float32."""
+  cast = lambda x: x.astype(jnp.dtype(dtype)).astype(jnp.float32)
+  return model.replace(params=jax.tree.map(cast, model.params))
+
+
 def export_zoo_model(model: Model, tokenizer: Tokenizer, out_dir: str, meta: dict,
-                     dtype: str = "bfloat16") -> None:
+                     dtype: str = "float16") -> None:
   stored = model.replace(params=jax.tree.map(lambda x: x.astype(jnp.dtype(dtype)), model.params))
   export_hf(stored, tokenizer, out_dir)
   with open(os.path.join(out_dir, METADATA_FILE), "w") as f:

@@ -126,3 +126,29 @@ def test_bits_per_byte_scores_each_token_once(tokenizer):
   assert result["tokens"] == len(ids) - 1 and result["bytes"] == len(text)
   whole = bits_per_byte(model, tokenizer, [text], seq_len=128)  # One window: the plain NLL.
   np.testing.assert_allclose(whole["nats_per_token"] * whole["tokens"], nll(ids), rtol=1e-4)
+
+
+def test_distillation_moves_the_student_towards_the_teacher(tmp_path, stream):
+  """Distill: KL(teacher || student) falls during training, and the student's predictions agree
+  with the teacher's more often than at the start."""
+  import jaxdec
+  from jaxdec.model import forward
+  from jaxdec.train.objectives import Distill
+
+  teacher_run = Trainer(dataclasses.replace(_config(), name="teacher"), str(tmp_path / "teacher_run"))
+  teacher_run.run(stream, progress=False)  # A teacher with real structure to imitate.
+  teacher = teacher_run.module.to_model()
+  teacher_cfg = teacher.config
+  path = jaxdec.save(teacher, str(tmp_path / "teacher"))
+  cfg = dataclasses.replace(_config(objective=Distill(teacher=path), steps=30), name="student", seed=1)
+  trainer = Trainer(cfg, str(tmp_path / "run"))
+  tokens = jnp.asarray(stream[:64 * 8].reshape(8, 64))
+  positions = jnp.broadcast_to(jnp.arange(64, dtype=jnp.int32), (8, 64))
+  agree = lambda params: float(jnp.mean(
+      jnp.argmax(forward(params, tokens, positions, config=cfg.model)[0], -1)
+      == jnp.argmax(forward(teacher.params, tokens, positions, config=teacher_cfg)[0], -1)))
+  before = agree(trainer.module.params())
+  records = trainer.run(stream, progress=False)
+  after = agree(trainer.module.params())
+  assert np.mean([r["loss"] for r in records[-5:]]) < 0.5 * records[0]["loss"]
+  assert after > before + 0.1
