@@ -1,11 +1,13 @@
 """pycode-draft: the small AR draft for speculative decoding (~0.4M params, ~10x fewer than
-pycode-ar, same tokenizer). Distilled from pycode-ar (KL to its next-token distributions, as in
-DistillSpec), which makes it agree with the target far more often than training on the data
-alone: that agreement is what speculative decoding turns into speed. ~11 min: 1000 steps x 16 x
-256 tokens, each step also running the teacher forward."""
+pycode-ar, same tokenizer). ~10 min: 1800 steps x 16 x 256 tokens = 7.4M tokens.
+
+Trained on the data (next-token CE). Distilling it from pycode-ar instead (objective=
+Distill("zoo:pycode-ar"), 1000 steps, ~13 min since each step also runs the teacher) gave a
+lower acceptance length on held-out code (tau 1.98 vs 2.07 at 4 drafts): at this budget the
+extra data beats the soft targets."""
 
 from jaxdec.model import ModelConfig
-from jaxdec.train.objectives import Distill
+from jaxdec.train.objectives import NextToken
 from jaxdec.train.trainer import TrainConfig
 
 MODEL = ModelConfig(vocab_size=4096, hidden_size=64, intermediate_size=192, num_layers=3,
@@ -15,6 +17,6 @@ MODEL = ModelConfig(vocab_size=4096, hidden_size=64, intermediate_size=192, num_
 
 
 def get_config() -> TrainConfig:
-  return TrainConfig(name="pycode-draft", model=MODEL, objective=Distill(teacher="zoo:pycode-ar"),
-                     steps=1000, batch_size=16, seq_len=256, learning_rate=3e-3, warmup_steps=40,
-                     seed=0, eval_every=250, checkpoint_every=100)
+  return TrainConfig(name="pycode-draft", model=MODEL, objective=NextToken(), steps=1800,
+                     batch_size=16, seq_len=256, learning_rate=3e-3, warmup_steps=60, seed=0,
+                     eval_every=300, checkpoint_every=150)

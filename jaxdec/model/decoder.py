@@ -88,9 +88,11 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCac
                                      kv=(k_all, v_all, layer, cache.length))
       return (new_x, k_all, v_all), (x if keep else None)
 
+    # Two layers per loop iteration halve the per-iteration overhead that dominates small-batch
+    # decode steps on CPU (measured: batch 1 +10% tokens/s, batch 8 -7%).
     layer_ids = jnp.arange(config.num_layers, dtype=jnp.int32)
     (x, k_all, v_all), layer_inputs = jax.lax.scan(
-        body, (x, cache.k, cache.v), (params["layers"], layer_ids))
+        body, (x, cache.k, cache.v), (params["layers"], layer_ids), unroll=2)
     cache = KVCache(k=k_all, v=v_all, length=cache.length + steps)
 
   h = rms_norm(x, params["final_norm"], config.rms_norm_eps)

@@ -44,17 +44,26 @@ class MaskedDiffusion:
   position i comes from output i. Its expectation upper-bounds the NLL (the ELBO)."""
 
   eps: float = struct.field(pytree_node=False, default=1e-3)
+  # Fraction of sequences whose random-length prefix is never masked (LLaDA's SFT layout: a
+  # clean prompt followed by a masked response), matching what decoding sees: a visible prefix
+  # and a masked suffix.
+  prefix_fraction: float = struct.field(pytree_node=False, default=0.0)
 
   def prepare(self) -> "MaskedDiffusion":
     return self
 
   def corrupt(self, tokens, key, mask_id: int, t=None):
     """(noisy tokens, masked bool[B, L], p_mask f32[B]); `t` f32[B] overrides the random ratio."""
-    t_key, m_key = jax.random.split(key)
+    t_key, m_key, p_key, l_key = jax.random.split(key, 4)
+    batch, length = tokens.shape
     if t is None:
-      t = jax.random.uniform(t_key, (tokens.shape[0],))
+      t = jax.random.uniform(t_key, (batch,))
     p_mask = (1.0 - self.eps) * t + self.eps
     masked = jax.random.uniform(m_key, tokens.shape) < p_mask[:, None]
+    if self.prefix_fraction > 0:
+      keep = jax.random.uniform(p_key, (batch,)) < self.prefix_fraction
+      prefix = jax.random.randint(l_key, (batch,), 0, length)
+      masked &= ~(keep[:, None] & (jnp.arange(length)[None, :] < prefix[:, None]))
     return jnp.where(masked, mask_id, tokens), masked, p_mask
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None):
