@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, environment, format_table, write_json
+from jaxdec.bench.common import Timer, report
 from jaxdec.model import Model, ModelConfig, init_params
 
 # research/peers-cpu.md's target: 6.8M params, the size the 3x goal refers to.
@@ -90,14 +90,6 @@ def run(model_path: str = "random", batch_sizes=(1, 8), prompt_len: int = 128,
   columns = [c for c in columns if any(c in r for r in rows)]
   print(f"bench ar: {model_path} ({model.config.num_params / 1e6:.2f}M params), prompt {prompt_len}, "
         f"{new_tokens} new tokens, greedy, median of {repeats} interleaved runs")
-  print(format_table(rows, columns))
-  warning = timer.warning()
-  if warning:
-    print(warning)
-  record = {"suite": "ar", "model": model_path, "params": model.config.num_params,
-            "prompt_len": prompt_len, "new_tokens": new_tokens, "repeats": repeats, "rows": rows,
-            "noisy_samples": timer.noisy_samples, "environment": environment()}
-  if out:
-    write_json(out, record)
-    print(f"wrote {out}")
-  return record
+  return report(rows, columns, timer, {"suite": "ar", "model": model_path,
+                                       "params": model.config.num_params, "prompt_len": prompt_len,
+                                       "new_tokens": new_tokens, "repeats": repeats}, out)

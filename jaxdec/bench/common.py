@@ -107,3 +107,17 @@ def write_json(path: str, record: dict) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
     json.dump(record, f, indent=2, default=str)
+
+
+def report(rows: list[dict], columns: list[str], timer: Timer, record: dict,
+           out: str | None) -> dict:
+  """Print the table (and the noise warning), complete the JSON record and write it to `out`."""
+  print(format_table(rows, columns))
+  if timer.warning():
+    print(timer.warning())
+  record = {**record, "rows": rows, "noisy_samples": timer.noisy_samples,
+            "environment": environment()}
+  if out:
+    write_json(out, record)
+    print(f"wrote {out}")
+  return record

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, environment, format_table, write_json
+from jaxdec.bench.common import Timer, report
 from jaxdec.diffusion import (DualCache, Factor, FixedSteps, Frechet, PrefixCache, Threshold)
 from jaxdec.model import Model, ModelConfig, init_params
 
@@ -114,18 +114,10 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
         f"agreement vs '{known[0]}' at the same batch size")
   columns = ["batch", "config", "NFE", "tokens/forward", "tokens/s", "speedup", "agreement",
              "rows equal", "compile s"]
-  print(format_table(rows, columns))
-  warning = timer.warning()
-  if warning:
-    print(warning)
-  record = {"suite": "diffusion", "model": model_path, "params": model.config.num_params,
-            "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,
-            "block_length": block_length, "repeats": repeats, "rows": rows,
-            "noisy_samples": timer.noisy_samples, "environment": environment()}
-  if out:
-    write_json(out, record)
-    print(f"wrote {out}")
-  return record
+  return report(rows, columns, timer, {
+      "suite": "diffusion", "model": model_path, "params": model.config.num_params,
+      "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,
+      "block_length": block_length, "repeats": repeats}, out)
 
 
 # Rows for `jaxdec demo` (signature of jaxdec.demo.METHODS: fn(models, prompts, new_tokens) ->

@@ -18,7 +18,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec import spec
-from jaxdec.bench.common import Timer, environment, format_table, write_json
+from jaxdec.bench.common import Timer, report
 from jaxdec.train.corpus import held_out_prompts
 
 
@@ -120,16 +120,9 @@ def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft"
              "first call s"]
   print(f"bench spec: {target_path} + {draft_path}, {len(prompts)} held-out prompts of <= "
         f"{prompt_tokens} tokens, {new_tokens} new tokens, greedy, batch 1, median of {repeats}")
-  print(format_table(rows, columns))
-  if timer.warning():
-    print(timer.warning())
-  record = {"suite": "spec", "target": target_path, "draft": draft_path, "prompts": len(prompts),
-            "new_tokens": new_tokens, "repeats": repeats, "rows": rows,
-            "noisy_samples": timer.noisy_samples, "environment": environment()}
-  if out:
-    write_json(out, record)
-    print(f"wrote {out}")
-  return record
+  return report(rows, columns, timer, {
+      "suite": "spec", "target": target_path, "draft": draft_path, "prompts": len(prompts),
+      "new_tokens": new_tokens, "repeats": repeats}, out)
 
 
 def _demo(drafter_fn):

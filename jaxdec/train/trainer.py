@@ -24,7 +24,7 @@ from flax import nnx
 
 from jaxdec.model import Model, ModelConfig, check_params, forward, init_params
 from jaxdec.train.corpus import sample_windows
-from jaxdec.train.objectives import MaskedDiffusion, NextToken
+from jaxdec.train.objectives import NextToken
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxdec.convert import export_hf
 from jaxdec.model import Model
@@ -53,7 +52,7 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
   trainer = Trainer(cfg, workdir)
   start_step, t0 = trainer.step, time.perf_counter()
-  records = trainer.run(stream, val_windows, progress=progress)
+  trainer.run(stream, val_windows, progress=progress)
   wall = time.perf_counter() - t0
   trainer.close()
   # Evaluate the weights that ship: rounded to the export dtype, computed in fp32.
@@ -75,9 +74,25 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
       "final_val_loss": next((r["val_loss"] for r in reversed(steps_log) if "val_loss" in r), None),
       "eval": evals, "python": sys.version.split()[0], "jax": jax.__version__,
   }
+  meta.update(lineage(cfg.init_from, meta))
   if export_dir:
     export_zoo_model(model, tokenizer, export_dir, meta, cfg.export_dtype)
   return meta
+
+
+def lineage(init_from: str | None, meta: dict) -> dict:
+  """When a run starts from a zoo model, record that model's metadata and the totals over both, so
+  a staged recipe (AR -> dLLM -> refined dLLM) states its full cost."""
+  if init_from is None:
+    return {}
+  from jaxdec import zoo
+
+  parent = zoo.metadata(zoo.resolve(init_from) if init_from.startswith("zoo:") else init_from)
+  if not parent:
+    return {"init_from": init_from}
+  totals = {k: parent.get(f"total_{k}", parent[k]) + meta[k] for k in ("tokens_seen", "train_seconds")}
+  return {"init_from": {"path": init_from, "metadata": parent},
+          **{f"total_{k}": v for k, v in totals.items()}}
 
 
 def _read_metrics(workdir: str) -> list[dict]:

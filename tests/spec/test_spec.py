@@ -52,6 +52,23 @@ def test_greedy_speculative_equals_greedy_ar(model, draft, name):
     assert np.all(np.asarray(tau) > 3.0)
 
 
+def test_usable_inside_a_callers_jit(model, draft):
+  """The pure loop composes with a caller's own jit (the drafter is a pytree argument)."""
+  prompts = _prompts(3, [3, 5])
+  prompt, lengths = api.prepare_prompts(prompts, None, model.config.vocab_size)
+
+  @jax.jit
+  def user_step(params, drafter, prompt, lengths):
+    out = jaxdec.spec.speculative_generate(params, prompt, lengths, 12, None,
+                                           jnp.zeros((0,), jnp.int32), config=model.config,
+                                           drafter=drafter, verifier=spec.Greedy(), buffer_len=16)
+    return out.tokens[:, :12]
+
+  tokens = user_step(model.params, spec.DraftModel(draft, 3), prompt, lengths)
+  ref = jaxdec.generate(model, prompts, 12, stop_tokens=())
+  np.testing.assert_array_equal(tokens, ref.tokens)
+
+
 def test_ragged_batch_equals_one_by_one(model, draft):
   prompts = _prompts(2, [4, 1, 6, 2])
   for drafter in (spec.DraftModel(draft, 4), spec.AdaPLD(depth=3, branches=2)):

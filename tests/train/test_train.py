@@ -103,6 +103,20 @@ def test_masked_diffusion_objective_weights_by_inverse_ratio():
     objective.loss(params, tokens, jax.random.key(1), _config().model)
 
 
+def test_prefix_fraction_keeps_a_clean_prompt_shaped_prefix():
+  """With prefix_fraction=1 and t=1 each row is a clean prefix of random length followed by masks
+  only (the canvas the samplers see); without it every position is masked."""
+  tokens = jnp.asarray(np.random.RandomState(1).randint(4, VOCAB, (64, 32)), jnp.int32)
+  ones = jnp.ones((64,))
+  _, masked, _ = MaskedDiffusion().corrupt(tokens, jax.random.key(0), 3, t=ones)
+  assert bool(masked.all())
+  _, masked, _ = MaskedDiffusion(prefix_fraction=1.0).corrupt(tokens, jax.random.key(0), 3, t=ones)
+  masked = np.asarray(masked)
+  prefix = (~masked).sum(1)
+  np.testing.assert_array_equal(masked, np.arange(32)[None, :] >= prefix[:, None])
+  assert len(set(prefix.tolist())) > 10
+
+
 def test_bits_per_byte_scores_each_token_once(tokenizer):
   """Windows overlapping by one token score every token after BOS exactly once, each with the
   context inside its window: equal to one forward per window computed by hand."""
@@ -152,3 +166,14 @@ def test_distillation_moves_the_student_towards_the_teacher(tmp_path, stream):
   after = agree(trainer.module.params())
   assert np.mean([r["loss"] for r in records[-5:]]) < 0.5 * records[0]["loss"]
   assert after > before + 0.1
+
+
+def test_staged_runs_record_their_lineage_and_total_cost(tmp_path):
+  from jaxdec.train.zoo import lineage
+  from jaxdec.zoo import METADATA_FILE
+
+  (tmp_path / METADATA_FILE).write_text('{"name": "stage1", "tokens_seen": 100, "train_seconds": 10.0}')
+  record = lineage(str(tmp_path), {"tokens_seen": 50, "train_seconds": 5.0})
+  assert record["init_from"]["metadata"]["name"] == "stage1"
+  assert (record["total_tokens_seen"], record["total_train_seconds"]) == (150, 15.0)
+  assert lineage(None, {}) == {}

@@ -48,7 +48,7 @@ def test_ar_models_beat_the_draft_and_a_unigram_baseline():
   any unigram model); the trained models must sit far below it."""
   tokenizer = jaxdec.load_tokenizer("zoo:pycode-ar")
   texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
-  ids = np.concatenate([tokenizer.encode(t) for t in texts])
+  ids = np.concatenate([np.asarray(tokenizer.encode(t), np.int64) for t in texts])
   freq = np.bincount(ids, minlength=tokenizer.vocab_size) / ids.size
   unigram = -np.sum(freq[freq > 0] * np.log2(freq[freq > 0])) * ids.size / sum(len(t.encode()) for t in texts)
   ar = zoo.metadata(zoo.resolve("pycode-ar"))["eval"]["stdlib_validation"]["bits_per_byte"]
