@@ -250,8 +250,11 @@ class Frechet:
     n = ranked.ordered.shape[-1]
     i = jnp.arange(n, dtype=jnp.int32)[None, :]
     valid = i < info.masked[:, None]
-    lower = jnp.cumsum(jnp.where(valid, ranked.ordered, 0.0), axis=-1) - i.astype(jnp.float32)
-    score = jnp.where(valid, lower - (1.0 - ranked.ordered), -jnp.inf)
+    # G_n rewritten as sum_{j<=n} (c_(j) - 1) + c_(n): the same value without the cancellation of
+    # sum(c) - (n - 1) in float32, which flipped knife-edge comparisons against the float64
+    # reference when confidences saturate near 1.
+    deficit = jnp.cumsum(jnp.where(valid, ranked.ordered - 1.0, 0.0), axis=-1)
+    score = jnp.where(valid, deficit + ranked.ordered, -jnp.inf)
     score = jnp.where(i == 0, jnp.inf, score)
     count = jnp.maximum(jnp.sum(score > _column(self.delta), axis=-1, dtype=jnp.int32), 1)
     return top(ranked, count)
