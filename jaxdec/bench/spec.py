@@ -26,7 +26,7 @@ def _jaxdec_methods(draft, num_tokens):
   methods = {"jaxdec greedy AR": None}
   for k in num_tokens:
     methods[f"jaxdec draft model k={k}"] = spec.DraftModel(draft, k)
-  methods["jaxdec prompt lookup (n<=3, 6 tokens)"] = spec.PromptLookup(3, 6)
+  methods["jaxdec prompt lookup (n<=3, 4 tokens)"] = spec.PromptLookup(3, 4)
   methods["jaxdec AdaPLD (3 branches x 4)"] = spec.AdaPLD(max_ngram=3, min_ngram=2, depth=4, branches=3)
   return methods
 
@@ -92,8 +92,8 @@ def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft"
     fns["transformers greedy"] = lambda: _run_hf(hf_target, prompts, new_tokens, eos)
     fns["transformers assisted (draft model, defaults)"] = lambda: _run_hf(
         hf_target, prompts, new_tokens, eos, assistant_model=hf_draft.model)
-    fns["transformers prompt lookup (n<=3, 6 tokens)"] = lambda: _run_hf(
-        hf_target, prompts, new_tokens, eos, prompt_lookup_num_tokens=6, max_matching_ngram_size=3)
+    fns["transformers prompt lookup (n<=3, 4 tokens)"] = lambda: _run_hf(
+        hf_target, prompts, new_tokens, eos, prompt_lookup_num_tokens=4, max_matching_ngram_size=3)
 
   results, compile_s = {}, {}
   for name, fn in fns.items():  # First call: compile (jaxdec) / warm-up (torch); keep outputs.
@@ -135,6 +135,6 @@ def _demo(drafter_fn):
 
 # Rows for `jaxdec demo` (signature of jaxdec.demo.METHODS).
 DEMO_METHODS = {
-    "speculative: prompt lookup (pycode-ar)": _demo(lambda m: spec.PromptLookup(3, 6)),
+    "speculative: prompt lookup (pycode-ar)": _demo(lambda m: spec.PromptLookup(3, 4)),
     "speculative: draft model k=4 (pycode-ar + pycode-draft)": _demo(lambda m: spec.DraftModel(m["draft"], 4)),
 }
