@@ -6,23 +6,16 @@ prompt plus a 256-token generation fits. ~45 min: 1800 steps x 8 x 512 tokens = 
 import dataclasses
 import os
 
+from jaxdec.cli import load_config_file
 from jaxdec.train.objectives import MaskedDiffusion
 from jaxdec.train.trainer import TrainConfig
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _ar_model():
-  import importlib.util
-
-  spec = importlib.util.spec_from_file_location("pycode_ar", os.path.join(_HERE, "pycode_ar.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.MODEL
-
-
 def get_config() -> TrainConfig:
-  model = dataclasses.replace(_ar_model(), causal=False, mask_token_id=3, architecture="llada",
+  ar_model = load_config_file(os.path.join(_HERE, "pycode_ar.py")).model
+  model = dataclasses.replace(ar_model, causal=False, mask_token_id=3, architecture="llada",
                               max_position_embeddings=512)
   return TrainConfig(name="pycode-dlm", model=model, objective=MaskedDiffusion(), steps=1800,
                      batch_size=8, seq_len=512, learning_rate=1.5e-3, warmup_steps=60, seed=0,

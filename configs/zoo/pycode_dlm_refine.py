@@ -12,18 +12,16 @@ stage-1 export and replaces it:
 """
 
 import dataclasses
-import importlib.util
 import os
 
+from jaxdec.cli import load_config_file
 from jaxdec.train.objectives import MaskedDiffusion
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def get_config():
-  spec = importlib.util.spec_from_file_location("pycode_dlm", os.path.join(_HERE, "pycode_dlm.py"))
-  stage1 = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(stage1)
-  return dataclasses.replace(stage1.get_config(), objective=MaskedDiffusion(prefix_fraction=0.5),
+  stage1 = load_config_file(os.path.join(_HERE, "pycode_dlm.py"))
+  return dataclasses.replace(stage1, objective=MaskedDiffusion(prefix_fraction=0.5),
                              steps=1400, learning_rate=1e-3, warmup_steps=30, seed=1,
                              init_from="zoo:pycode-dlm", eval_every=350)
