@@ -47,9 +47,17 @@ def warp_logits(logits: jax.Array, sampling: Sampling) -> jax.Array:
   Rows with temperature 0 are returned unscaled and unfiltered (they are decoded greedily).
   Ties at the top-k / top-p boundary are all kept.
   """
-  vocab = logits.shape[-1]
   temperature = sampling.temperature[:, None]
   scaled = logits / jnp.where(temperature > 0, temperature, 1.0)
+  # The vocabulary sort dominates a decode step on CPU (3x slower than greedy); skip it at run
+  # time when no row filters (the knobs stay traced, so this never recompiles).
+  filters = jnp.any((sampling.top_k > 0) | (sampling.top_p < 1.0))
+  warped = jax.lax.cond(filters, _filter_top_k_top_p, lambda x, _: x, scaled, sampling)
+  return jnp.where(temperature > 0, warped, logits)
+
+
+def _filter_top_k_top_p(scaled: jax.Array, sampling: Sampling) -> jax.Array:
+  vocab = scaled.shape[-1]
   ascending = jnp.sort(scaled, axis=-1)
   k = jnp.where(sampling.top_k > 0, jnp.minimum(sampling.top_k, vocab), vocab)
   kth = jnp.take_along_axis(ascending, (vocab - k)[:, None], axis=-1)
@@ -59,8 +67,7 @@ def warp_logits(logits: jax.Array, sampling: Sampling) -> jax.Array:
   dropped = jnp.sum(cumulative <= (1.0 - sampling.top_p)[:, None], axis=-1)
   dropped = jnp.minimum(dropped, vocab - 1)
   threshold = jnp.maximum(jnp.take_along_axis(ascending, dropped[:, None], axis=-1), kth)
-  warped = jnp.where(scaled < threshold, -jnp.inf, scaled)
-  return jnp.where(temperature > 0, warped, logits)
+  return jnp.where(scaled < threshold, -jnp.inf, scaled)
 
 
 def sample_tokens(logits: jax.Array, sampling: Sampling | None, key: jax.Array | None,

@@ -5,7 +5,8 @@ The baseline is LLaDA's sampler with steps = gen_length (one token per forward, 
 configuration reports NFE and tokens per forward (per row, averaged), tokens/s (interleaved
 medians, compile time apart), the speedup over the baseline, and its agreement with the
 baseline's tokens (the fraction of generated positions that match, and of rows that match
-entirely): parallel rules and caches are approximations of the baseline, not replicas.
+entirely): parallel rules and caches are approximations of the baseline, not replicas. The
+share of distinct 4-grams per row flags degenerate output: token loops drive it towards 0.
 """
 
 from __future__ import annotations
@@ -65,6 +66,13 @@ def _prompts(tokenizer, count: int, prompt_tokens: int, vocab: int) -> list[list
   return held_out_prompts(tokenizer, count, prompt_tokens=prompt_tokens)
 
 
+def distinct_ngrams(tokens: np.ndarray, n: int = 4) -> float:
+  """Mean over rows of (distinct n-grams / n-grams) in i32[B, T]."""
+  shares = [len(set(zip(*(row[i:] for i in range(n))))) / max(len(row) - n + 1, 1)
+            for row in np.asarray(tokens).tolist()]
+  return float(np.mean(shares))
+
+
 def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int = 256, block_length: int = 32, prompt_tokens: int = 128, repeats: int = 3,
         names: list[str] | None = None, out: str | None = None) -> dict:
@@ -107,13 +115,14 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
                    "tokens/s": len(prompts) * gen_length / medians[c.name],
                    "speedup": medians[known[0]] / medians[c.name],
                    "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
+                   "distinct 4-grams": distinct_ngrams(tokens),
                    "compile s": max(first_call[c.name] - medians[c.name], 0.0)})
   print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), "
         f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens, gen {gen_length}, "
         f"block {block_length}, greedy, median of {repeats} interleaved runs; speedup and "
         f"agreement vs '{known[0]}' at the same batch size")
   columns = ["batch", "config", "NFE", "tokens/forward", "tokens/s", "speedup", "agreement",
-             "rows equal", "compile s"]
+             "rows equal", "distinct 4-grams", "compile s"]
   return report(rows, columns, timer, {
       "suite": "diffusion", "model": model_path, "params": model.config.num_params,
       "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,

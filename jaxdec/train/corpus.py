@@ -94,9 +94,14 @@ def encode_documents(texts: list[str], tokenizer) -> np.ndarray:
 
 
 def sample_windows(stream: np.ndarray, batch: int, length: int, seed: int, step: int) -> np.ndarray:
-  """i32[batch, length] windows at random offsets; a pure function of (seed, step), so a
-  resumed run sees exactly the batches it would have seen."""
+  """i32[batch, length] windows at random offsets of a 1-D token stream, or random rows of a 2-D
+  array of ready-made sequences (whose width must be `length`); a pure function of (seed, step),
+  so a resumed run sees exactly the batches it would have seen."""
   rng = np.random.default_rng([seed, step])
+  if stream.ndim == 2:
+    if stream.shape[1] != length:
+      raise ValueError(f"training rows have {stream.shape[1]} tokens but seq_len is {length}")
+    return stream[rng.integers(0, len(stream), size=batch)].astype(np.int32)
   starts = rng.integers(0, len(stream) - length, size=batch)
   return np.stack([stream[s: s + length] for s in starts]).astype(np.int32)
 

@@ -34,6 +34,7 @@ class TrainConfig:
   name: str
   model: ModelConfig
   objective: Any = NextToken()  # NextToken() | MaskedDiffusion() | Distill(teacher)
+  data: Any = None  # None: stdlib train windows; TeacherSamples(...): a teacher's continuations.
   steps: int = 1000
   batch_size: int = 16
   seq_len: int = 256

@@ -39,6 +39,8 @@ def _recipe(cfg: TrainConfig) -> dict:
   recipe = dataclasses.asdict(cfg)
   settings = {k: v for k, v in dataclasses.asdict(cfg.objective).items() if k != "teacher_model"}
   recipe["objective"] = {"name": type(cfg.objective).__name__, **settings}
+  if cfg.data is not None:
+    recipe["data"] = {"name": type(cfg.data).__name__, **dataclasses.asdict(cfg.data)}
   return recipe
 
 
@@ -48,6 +50,10 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   HF directory with tokenizer.json and zoo.json metadata. Returns the metadata."""
   tokenizer = zoo_tokenizer()
   stream = corpus.token_stream("train", tokenizer)
+  if cfg.data is not None:
+    if cfg.data.seq_len != cfg.seq_len:
+      raise ValueError(f"data rows have {cfg.data.seq_len} tokens but seq_len is {cfg.seq_len}")
+    stream = cfg.data.build(stream, progress=progress)
   val_stream = corpus.token_stream("validation", tokenizer)
   val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
   trainer = Trainer(cfg, workdir)

@@ -16,3 +16,13 @@ def test_bench_reports_the_baseline_and_a_fast_configuration(tmp_path, capsys):
   assert 1 <= fast["NFE"] <= 32 and 0.0 <= fast["agreement"] <= 1.0
   assert json.loads(out.read_text())["rows"][1]["config"] == "threshold 0.9 + dual"
   assert "threshold 0.9 + dual" in capsys.readouterr().out
+
+
+def test_distinct_ngrams_flags_loops():
+  import numpy as np
+
+  varied = np.arange(20)[None]
+  loop = np.tile([5, 6, 7], 7)[None, :20]
+  assert bench.distinct_ngrams(varied) == 1.0
+  assert bench.distinct_ngrams(loop) == 3 / 17
+  assert bench.distinct_ngrams(np.concatenate([varied, loop])) == (1.0 + 3 / 17) / 2

@@ -96,7 +96,7 @@ def test_masked_diffusion_objective_weights_by_inverse_ratio():
   assert abs(float(masked.mean()) - 0.3) < 0.02
   assert bool(jnp.all(jnp.where(masked, noisy == 3, noisy == tokens)))
   params = Trainer(_config(MaskedDiffusion(), causal=False, mask_token_id=3), "/tmp/unused-md").module.params()
-  per_seq, masked = objective.weighted_nll(params, tokens, jax.random.key(1), cfg)
+  per_seq, masked, _ = objective.weighted_nll(params, tokens, jax.random.key(1), cfg)
   loss, _ = objective.loss(params, tokens, jax.random.key(1), cfg)
   np.testing.assert_allclose(loss, per_seq.sum() / tokens.size, rtol=1e-6)
   with pytest.raises(ValueError, match="bidirectional config with mask_token_id"):
@@ -177,3 +177,67 @@ def test_staged_runs_record_their_lineage_and_total_cost(tmp_path):
   assert record["init_from"]["metadata"]["name"] == "stage1"
   assert (record["total_tokens_seen"], record["total_train_seconds"]) == (150, 15.0)
   assert lineage(None, {}) == {}
+
+
+def test_clean_prefix_is_never_masked():
+  tokens = jnp.asarray(np.random.RandomState(2).randint(4, VOCAB, (16, 32)), jnp.int32)
+  _, masked, _ = MaskedDiffusion(clean_prefix=12).corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((16,)))
+  np.testing.assert_array_equal(np.asarray(masked), np.broadcast_to(np.arange(32) >= 12, (16, 32)))
+
+
+def test_rows_of_ready_made_sequences_are_sampled_whole():
+  rows = np.arange(5 * 8, dtype=np.int32).reshape(5, 8)
+  batch = corpus.sample_windows(rows, 6, 8, seed=0, step=3)
+  assert all(any((b == r).all() for r in rows) for b in batch)
+  np.testing.assert_array_equal(batch, corpus.sample_windows(rows, 6, 8, seed=0, step=3))
+  with pytest.raises(ValueError, match="training rows have 8 tokens but seq_len is 16"):
+    corpus.sample_windows(rows, 6, 16, seed=0, step=3)
+
+
+def test_teacher_samples_are_the_teachers_continuations(tmp_path, monkeypatch, stream):
+  """Rows are [corpus window | what `generate` samples from the teacher with the recorded key],
+  built once and then read from the cache."""
+  import jaxdec
+  from jaxdec.model import init_params
+  from jaxdec.train.distill import TeacherSamples
+
+  monkeypatch.setenv("JAXDEC_DATA_DIR", str(tmp_path / "cache"))
+  config = _config().model
+  teacher = Model(config, init_params(config, jax.random.key(0), std=0.1))
+  path = jaxdec.save(teacher, str(tmp_path / "teacher"))
+  spec = TeacherSamples(teacher=path, count=5, prompt_len=6, gen_len=4, temperature=0.8,
+                        seed=3, batch_size=4)
+  rows = spec.build(stream, progress=False)
+  assert rows.shape == (5, 10) and rows.dtype == np.int32
+  prompts = corpus.sample_windows(stream, 4, 6, seed=3, step=1)
+  expected = jaxdec.generate(teacher, prompts, max_new_tokens=4,
+                             sampling=jaxdec.Sampling.create(temperature=0.8),
+                             key=jax.random.fold_in(jax.random.key(3), 1), stop_tokens=(),
+                             lengths=np.full(4, 6)).tokens
+  np.testing.assert_array_equal(rows[4], np.concatenate([prompts[0], np.asarray(expected)[0]]))
+  assert len(list((tmp_path / "cache").glob("teacher-samples-*.npy"))) == 1
+  np.testing.assert_array_equal(spec.build(stream, progress=False), rows)
+  with pytest.raises(ValueError, match="exceeds the teacher's 128 positions"):
+    TeacherSamples(teacher=path, prompt_len=100, gen_len=100).build(stream, progress=False)
+
+
+def test_certainty_forcing_adds_the_entropy_of_correct_predictions():
+  """loss = ELBO term + w * mean entropy over masked positions whose argmax is the target."""
+  from jaxdec.model import forward, init_params
+
+  cfg = _config(causal=False, mask_token_id=3).model
+  params = init_params(cfg, jax.random.key(0), std=0.3)
+  tokens = jnp.asarray(np.random.RandomState(3).randint(4, VOCAB, (4, 32)), jnp.int32)
+  plain = MaskedDiffusion()
+  noisy, masked, _ = plain.corrupt(tokens, jax.random.key(1), 3)
+  logits = forward(params, noisy, jnp.broadcast_to(jnp.arange(32), (4, 32)), config=cfg)[0]
+  # Make some masked predictions right, so the term has positions to average over.
+  tokens = jnp.where(masked & (jnp.arange(32)[None, :] % 2 == 0), jnp.argmax(logits, -1), tokens)
+  p = np.asarray(jax.nn.softmax(logits, -1), np.float64)
+  entropy = -(p * np.log(p)).sum(-1)
+  correct = np.asarray(masked & (jnp.argmax(logits, -1) == tokens))
+  assert correct.sum() > 5
+  base, _ = plain.loss(params, tokens, jax.random.key(1), cfg)
+  forced, metrics = MaskedDiffusion(certainty_weight=0.5).loss(params, tokens, jax.random.key(1), cfg)
+  np.testing.assert_allclose(metrics["correct_entropy"], entropy[correct].mean(), rtol=1e-4)
+  np.testing.assert_allclose(forced, base + 0.5 * entropy[correct].mean(), rtol=1e-5)
