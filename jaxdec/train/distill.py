@@ -29,7 +29,7 @@ class TeacherSamples:
 
   Prompts are corpus windows at random offsets (seeded); continuations are sampled at
   `temperature` with key fold_in(seed, batch index). Built once and cached on disk, keyed by
-  every setting and the teacher's weights file.
+  every setting and the teacher's weights.
   """
 
   teacher: str = struct.field(pytree_node=False, default="zoo:pycode-ar")
