@@ -12,11 +12,13 @@ not use it; it is here for drafters and larger students.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -48,15 +50,14 @@ class TeacherSamples:
     """i32[count, prompt_len + gen_len], from the disk cache when present."""
     from jaxdec import api
 
-    model = api.load(self.teacher, dtype=jax.numpy.float32)
+    model = api.load(self.teacher, dtype=jnp.float32)
     if self.seq_len > (limit := model.config.max_position_embeddings):
       raise ValueError(f"prompt_len + gen_len = {self.seq_len} exceeds the teacher's "
                        f"{limit} positions")
     weights = hashlib.sha1()
     for leaf in jax.tree.leaves(model.params):
       weights.update(np.asarray(leaf).tobytes())
-    settings = {k: getattr(self, k) for k in self.__dataclass_fields__}
-    key = json.dumps([settings, weights.hexdigest(), len(stream)])
+    key = json.dumps([dataclasses.asdict(self), weights.hexdigest(), len(stream)])
     cached = os.path.join(cache_dir(), f"teacher-samples-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npy")
     if os.path.exists(cached):
       return np.load(cached)
