@@ -1,6 +1,6 @@
 """pycode-ar: the AR target of the tiny zoo (Llama architecture, tied embeddings, ~4M params).
 
-~49 min on the 2-core CPU (1.12 s/step alone): 2600 steps x 16 x 256 tokens = 10.6M tokens
+~53 min on the 2-core CPU (1.21 s/step alone): 2600 steps x 16 x 256 tokens = 10.6M tokens
 (~1.2 epochs of the stdlib train split). Special ids come from the zoo tokenizer: pad 0, bos 1, eos 2, mask 3.
 """
 
