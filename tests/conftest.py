@@ -15,6 +15,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/hf_models.py, tests/tiny.py
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "regression"))
 
 from tiny import tiny_model  # noqa: E402
 
