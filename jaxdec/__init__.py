@@ -5,8 +5,8 @@
     out = jaxdec.generate(model, [[1, 2, 3]], max_new_tokens=32)
 """
 
-from jaxdec.api import (diffusion_generate, export_hf, forward, generate, load, load_tokenizer,
-                        save, shard, speculative_generate)
+from jaxdec.api import diffusion_generate, forward, generate, speculative_generate
+from jaxdec.io import export_hf, load, load_tokenizer, save, shard
 from jaxdec.model import Model, ModelConfig
 from jaxdec.sampling import Sampling
 

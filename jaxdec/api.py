@@ -15,64 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdec import ar, sharding, spec, zoo
-from jaxdec.convert import export_hf as _export_hf
-from jaxdec.convert import is_orbax_dir, load_hf, load_orbax, save_orbax
+from jaxdec import ar, sharding, spec
+from jaxdec.io import export_hf, load, load_tokenizer, save, shard  # noqa: F401  (re-exported)
 from jaxdec.model import Model
 from jaxdec.model import forward as _forward
 from jaxdec.sampling import Sampling
-from jaxdec.tokenizer import Tokenizer, load_tokenizer_dir
-
-
-# ---- loading ------------------------------------------------------------------------------------
-
-def _resolve(path: str) -> str:
-  if not isinstance(path, (str, os.PathLike)):
-    raise TypeError(f"expected a path or 'zoo:NAME', got {type(path).__name__}")
-  path = os.fspath(path)
-  return zoo.resolve(path) if path.startswith("zoo:") else path
-
-
-def load(path: str, dtype=None) -> Model:
-  """Load a model from 'zoo:NAME', a Hugging Face checkpoint dir, or an orbax dir (`save`).
-
-  `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept
-  (zoo models, stored in bf16, load in float32: faster on CPU).
-  """
-  directory = _resolve(path)
-  if dtype is None and os.fspath(path).startswith("zoo:"):
-    dtype = jnp.dtype(zoo.inference_dtype(directory))
-  if not os.path.isdir(directory):
-    raise FileNotFoundError(f"model directory not found: {directory}")
-  if is_orbax_dir(directory):
-    model = load_orbax(directory)
-    if dtype is not None:
-      model = model.replace(params=jax.tree.map(lambda x: x.astype(dtype), model.params))
-    return model
-  if os.path.exists(os.path.join(directory, "config.json")):
-    return load_hf(directory, dtype=dtype)
-  raise ValueError(f"{directory} holds neither config.json (Hugging Face) nor "
-                   f"jaxdec_config.json (orbax)")
-
-
-def load_tokenizer(path: str) -> Tokenizer:
-  """The tokenizer.json of 'zoo:NAME' or of a model directory."""
-  return load_tokenizer_dir(_resolve(path))
-
-
-def save(model: Model, out_dir: str, tokenizer: Tokenizer | None = None) -> str:
-  """Save as an orbax checkpoint directory that `load` reads back."""
-  return save_orbax(model, out_dir, tokenizer)
-
-
-def export_hf(model: Model, tokenizer: Tokenizer | None, out_dir: str) -> str:
-  """Write an HF directory that `transformers.AutoModelForCausalLM.from_pretrained` loads."""
-  return _export_hf(model, tokenizer, out_dir)
-
-
-def shard(model: Model, mesh: jax.sharding.Mesh) -> Model:
-  """Place the params on `mesh` (axes 'data', 'model'); `forward` / `generate` then run there."""
-  return sharding.shard_model(model, mesh)
 
 
 # ---- validation ---------------------------------------------------------------------------------

@@ -112,9 +112,9 @@ class Distill:
   teacher_model: Model | None = None  # Loaded by prepare().
 
   def prepare(self) -> "Distill":
-    from jaxdec import api
+    from jaxdec import io
 
-    return self.replace(teacher_model=api.load(self.teacher, dtype=jnp.float32))
+    return self.replace(teacher_model=io.load(self.teacher, dtype=jnp.float32))
 
   def loss(self, params, tokens, key, config: ModelConfig):
     del key

@@ -95,9 +95,9 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 def _initial_params(cfg: TrainConfig) -> dict:
   if cfg.init_from is None:
     return init_params(cfg.model, jax.random.key(cfg.seed), std=cfg.init_std)
-  from jaxdec import api
+  from jaxdec import io
 
-  params = api.load(cfg.init_from, dtype=jnp.float32).params
+  params = io.load(cfg.init_from, dtype=jnp.float32).params
   check_params(params, cfg.model)  # Same shapes; causal / mask-token settings may differ.
   return params
 

@@ -33,6 +33,6 @@ def metadata(directory: str) -> dict:
 
 
 def inference_dtype(directory: str) -> str:
-  """Zoo weights are stored in bf16 to keep the repo small; on CPU fp32 decodes faster, so zoo
-  models load in float32 unless their metadata says otherwise."""
+  """Zoo weights are stored in float16 to keep the repo small; on CPU float32 decodes faster, so
+  zoo models load in float32 unless their metadata says otherwise."""
   return metadata(directory).get("inference_dtype", "float32")

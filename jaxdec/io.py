@@ -1,0 +1,79 @@
+"""Loading and saving models: zoo names, Hugging Face directories, orbax directories.
+
+Below the decoding loops in the import order, so drafters and training can load by name without
+importing the jitted API.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+
+from jaxdec import sharding, zoo
+from jaxdec.convert import export_hf as _export_hf
+from jaxdec.convert import is_orbax_dir, load_hf, load_orbax, save_orbax
+from jaxdec.model import Model
+from jaxdec.tokenizer import Tokenizer, load_tokenizer_dir
+
+
+def resolve(path: str) -> str:
+  """'zoo:NAME' -> the zoo model's directory; any other path is returned as is."""
+  if not isinstance(path, (str, os.PathLike)):
+    raise TypeError(f"expected a path or 'zoo:NAME', got {type(path).__name__}")
+  path = os.fspath(path)
+  return zoo.resolve(path) if path.startswith("zoo:") else path
+
+
+def load(path: str, dtype=None) -> Model:
+  """Load a model from 'zoo:NAME', a Hugging Face checkpoint dir, or an orbax dir (`save`).
+
+  `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept, except
+  for zoo models: stored in float16, they load in float32 (faster on CPU).
+  """
+  directory = resolve(path)
+  if dtype is None and os.fspath(path).startswith("zoo:"):
+    dtype = jnp.dtype(zoo.inference_dtype(directory))
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"model directory not found: {directory}")
+  if is_orbax_dir(directory):
+    model = load_orbax(directory)
+    if dtype is not None:
+      model = model.replace(params=jax.tree.map(lambda x: x.astype(dtype), model.params))
+    return model
+  if os.path.exists(os.path.join(directory, "config.json")):
+    return load_hf(directory, dtype=dtype)
+  raise ValueError(f"{directory} holds neither config.json (Hugging Face) nor "
+                   f"jaxdec_config.json (orbax)")
+
+
+def as_model(model, what: str = "model") -> Model:
+  """A Model, or a path / 'zoo:NAME' loaded as one; anything else is a TypeError naming `what`."""
+  if isinstance(model, Model):
+    return model
+  if isinstance(model, (str, os.PathLike)):
+    return load(model)
+  raise TypeError(f"{what} must be a jaxdec Model (from jaxdec.load) or a path / 'zoo:NAME', got "
+                  f"{type(model).__name__}")
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+  """The tokenizer.json of 'zoo:NAME' or of a model directory."""
+  return load_tokenizer_dir(resolve(path))
+
+
+def save(model: Model, out_dir: str, tokenizer: Tokenizer | None = None) -> str:
+  """Save as an orbax checkpoint directory that `load` reads back."""
+  return save_orbax(model, out_dir, tokenizer)
+
+
+def export_hf(model: Model, tokenizer: Tokenizer | None, out_dir: str) -> str:
+  """Write a Hugging Face directory (config.json, model.safetensors, tokenizer files); see
+  `jaxdec.convert.export_hf` for what loads it."""
+  return _export_hf(model, tokenizer, out_dir)
+
+
+def shard(model: Model, mesh: jax.sharding.Mesh) -> Model:
+  """Place the params on `mesh` (axes 'data', 'model'); `forward` / `generate` then run there."""
+  return sharding.shard_model(model, mesh)
