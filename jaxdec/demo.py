@@ -14,7 +14,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec.bench.common import format_table
-from jaxdec.train.corpus import held_out_prompts
+from jaxdec.corpus import held_out_prompts
 
 
 def _ar(sampling=None):

@@ -69,8 +69,10 @@ def save(model: Model, out_dir: str, tokenizer: Tokenizer | None = None) -> str:
 
 
 def export_hf(model: Model, tokenizer: Tokenizer | None, out_dir: str) -> str:
-  """Write a Hugging Face directory (config.json, model.safetensors, tokenizer files); see
-  `jaxdec.convert.export_hf` for what loads it."""
+  """Write a Hugging Face directory (config.json, model.safetensors, tokenizer files). Causal
+  llama / qwen2 / qwen3 / mistral load in `transformers.AutoModelForCausalLM`; llada / Dream load
+  with `jaxdec.load` (transformers would need the model's own remote code; see
+  `jaxdec.convert.export_hf`)."""
   return _export_hf(model, tokenizer, out_dir)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 
@@ -24,13 +25,29 @@ class Sampling:
 
   @classmethod
   def create(cls, temperature=1.0, top_k=0, top_p=1.0, batch: int | None = None) -> "Sampling":
-    """Scalars or per-row sequences; with `batch`, scalars are broadcast to [batch]."""
+    """Scalars or per-row sequences; with `batch`, scalars are broadcast to [batch]. Concrete
+    values are checked here (traced ones, inside a caller's jit, cannot be)."""
+    check_values(temperature, top_k, top_p)
     t = jnp.asarray(temperature, jnp.float32)
     k = jnp.asarray(top_k, jnp.int32)
     p = jnp.asarray(top_p, jnp.float32)
     shape = (batch,) if batch is not None else jnp.broadcast_shapes(t.shape, k.shape, p.shape)
     return cls(temperature=jnp.broadcast_to(t, shape), top_k=jnp.broadcast_to(k, shape),
                top_p=jnp.broadcast_to(p, shape))
+
+
+def check_values(temperature, top_k, top_p) -> None:
+  """Raise ValueError for a temperature that is negative or not finite, a negative top_k, or a
+  top_p outside (0, 1]; tracers pass (their values are not known)."""
+  if any(isinstance(x, jax.core.Tracer) for x in (temperature, top_k, top_p)):
+    return
+  t, k, p = (np.asarray(x, np.float64) for x in (temperature, top_k, top_p))
+  if not np.isfinite(t).all() or (t < 0).any():
+    raise ValueError(f"sampling temperature must be finite and >= 0, got {t.tolist()}")
+  if (k < 0).any():
+    raise ValueError(f"sampling top_k must be >= 0 (0 = off), got {k.tolist()}")
+  if not np.isfinite(p).all() or ((p <= 0) | (p > 1)).any():
+    raise ValueError(f"sampling top_p must be in (0, 1], got {p.tolist()}")
 
 
 def token_keys(key: jax.Array, rows: jax.Array, positions: jax.Array) -> jax.Array:

@@ -1,17 +1,20 @@
 """Placing a model on a device mesh: tensor parallel over heads / MLP / vocab, data parallel over
 the batch. Logical axis names come from `model.params.param_specs`; an axis whose size does not
 divide by its mesh axis (2 KV heads on 4 devices, say) is replicated, as inference engines do for
-KV heads.
+KV heads, with a warning naming the param: replication costs memory and bandwidth on every
+device, so it should be a choice, not a surprise.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdec.model import Model, ModelConfig
-from jaxdec.model.params import ParamSpec, param_specs
+from jaxdec.model.params import ParamSpec, flat_specs, unflatten
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
@@ -27,21 +30,27 @@ def make_mesh(data: int, model: int, devices=None) -> Mesh:
   return Mesh(devices[: data * model].reshape(data, model), (DATA_AXIS, MODEL_AXIS))
 
 
-def _spec(spec: ParamSpec, mesh: Mesh) -> P:
+def _spec(name: str, spec: ParamSpec, mesh: Mesh) -> P:
   axes = []
   for size, logical in zip(spec.shape, spec.axes):
     mesh_axis = RULES.get(logical)
-    if mesh_axis in mesh.shape and size % mesh.shape[mesh_axis] == 0 and mesh_axis not in axes:
-      axes.append(mesh_axis)
-    else:
+    if mesh_axis not in mesh.shape or mesh_axis in axes:
       axes.append(None)
+    elif size % mesh.shape[mesh_axis]:
+      warnings.warn(f"param {name!r} of shape {spec.shape}: axis {logical!r} (size {size}) does "
+                    f"not divide by mesh axis {mesh_axis!r} of size {mesh.shape[mesh_axis]}; "
+                    f"replicating it on every device", stacklevel=2)
+      axes.append(None)
+    else:
+      axes.append(mesh_axis)
   return P(*axes)
 
 
 def param_shardings(config: ModelConfig, mesh: Mesh) -> dict:
-  """A NamedSharding for every param leaf (same tree structure as the params)."""
-  return jax.tree.map(lambda s: NamedSharding(mesh, _spec(s, mesh)), param_specs(config),
-                      is_leaf=lambda x: isinstance(x, ParamSpec))
+  """A NamedSharding for every param leaf (same tree structure as the params); warns for each
+  param axis replicated because the mesh does not divide it."""
+  return unflatten({name: NamedSharding(mesh, _spec(name, spec, mesh))
+                    for name, spec in flat_specs(config).items()})
 
 
 def shard_model(model: Model, mesh: Mesh) -> Model:

@@ -1,4 +1,10 @@
-"""A thin wrapper over a Hugging Face `tokenizers` tokenizer.json with the special ids jaxdec uses."""
+"""A thin wrapper over a Hugging Face `tokenizers` tokenizer.json with the special ids jaxdec uses.
+
+One BOS rule everywhere: the zoo models were trained on documents "[BOS] text [EOS]", so
+`Tokenizer.encode(text)` puts BOS first when the tokenizer has one (`add_bos=False` opts out),
+and `Tokenizer.save` writes a tokenizer.json whose post-processor does the same, so that
+`tokenizers`' `encode(text)` and transformers' AutoTokenizer give the same ids.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import json
 import os
 
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import processors
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -47,18 +54,31 @@ class Tokenizer:
   def vocab_size(self) -> int:
     return self.backend.get_vocab_size()
 
-  def encode(self, text: str, add_bos: bool = False) -> list[int]:
+  def encode(self, text: str, add_bos: bool = True) -> list[int]:
+    """Token ids of `text`, BOS first when the tokenizer has one and `add_bos` (the rule the
+    models were trained with); no EOS. The tokenizer.json's own post-processor is not applied."""
     ids = self.backend.encode(text, add_special_tokens=False).ids
     return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
 
   def decode(self, ids, skip_special_tokens: bool = True) -> str:
     return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
+  def hf_backend(self) -> HFTokenizer:
+    """A copy of the backend whose `encode(text)` follows the BOS rule: a TemplateProcessing
+    post-processor "[BOS] $A" when there is a BOS (the backend itself is left as it is)."""
+    backend = HFTokenizer.from_str(self.backend.to_str())
+    if self.bos_id is not None:
+      bos = self.backend.id_to_token(self.bos_id)
+      backend.post_processor = processors.TemplateProcessing(
+          single=f"{bos} $A", pair=f"{bos} $A $B:1", special_tokens=[(bos, self.bos_id)])
+    return backend
+
   def save(self, directory: str) -> None:
-    """Write tokenizer.json and a tokenizer_config.json that transformers' AutoTokenizer reads."""
+    """Write tokenizer.json (with the BOS post-processor, see `hf_backend`) and a
+    tokenizer_config.json that transformers' AutoTokenizer reads."""
     os.makedirs(directory, exist_ok=True)
-    self.backend.save(os.path.join(directory, TOKENIZER_FILE))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    self.hf_backend().save(os.path.join(directory, TOKENIZER_FILE))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": self.bos_id is not None}
     for kind in ("bos", "eos", "pad", "mask"):
       token_id = getattr(self, f"{kind}_id")
       if token_id is not None:

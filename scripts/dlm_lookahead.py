@@ -19,19 +19,17 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdec
-from jaxdec.train import corpus
+from jaxdec import corpus
 
 TAU, WINDOWS, LENGTH, PREFIX, TOP_K = 0.9, 64, 200, 160, 16
-
-tokenizer = jaxdec.load_tokenizer("zoo:pycode-ar")
-rows = corpus.fixed_windows(corpus.token_stream("validation", tokenizer), WINDOWS, LENGTH)
 
 
 def probs(model, tokens):
   return jax.nn.softmax(jaxdec.forward(model, np.asarray(tokens, np.int32)), axis=-1)
 
 
-for path in sys.argv[1:] or ["zoo:pycode-dlm"]:
+def diffusion_lookahead(path: str, rows: np.ndarray) -> None:
+  """Share of confident positions, and accuracy, at offsets 0-7 past the frontier of `path`."""
   model = jaxdec.load(path, dtype=jnp.float32)
   canvas = np.where(np.arange(LENGTH)[None] >= PREFIX, model.config.mask_token_id, rows)
   p = probs(model, canvas)[:, PREFIX:PREFIX + 8]
@@ -39,16 +37,32 @@ for path in sys.argv[1:] or ["zoo:pycode-dlm"]:
   accuracy = np.asarray(jnp.argmax(p, -1) == rows[:, PREFIX:PREFIX + 8]).mean(0)
   print(f"{path}: share > {TAU} at offsets 0-7 {np.round(confident, 2)}; accuracy {np.round(accuracy, 2)}")
 
-ar = jaxdec.load("zoo:pycode-ar", dtype=jnp.float32)
-frontier, after = [], []
-for row in rows[:12]:
-  p = np.asarray(probs(ar, row[None]))[0]  # p[j]: the law of token j + 1.
-  for i in range(100, 150):  # The frontier is token i; offset 1 is token i + 1.
-    guesses = np.argsort(-p[i - 1])[:TOP_K]
-    variants = np.repeat(row[None, :i + 1], TOP_K, axis=0)
-    variants[:, i] = guesses
-    marginal = p[i - 1, guesses] @ np.asarray(probs(ar, variants))[:, i]
-    frontier.append(p[i - 1].max())
-    after.append(marginal.max() + 1.0 - p[i - 1, guesses].sum())
-print(f"zoo:pycode-ar: share > {TAU} at the frontier {np.mean(np.array(frontier) > TAU):.2f}; "
-      f"at offset 1 for a diffusion model with its knowledge, at most {np.mean(np.array(after) > TAU):.2f}")
+
+def ar_bound(rows: np.ndarray) -> None:
+  """The offset-1 confidence a diffusion model with the AR model's knowledge could reach."""
+  ar = jaxdec.load("zoo:pycode-ar", dtype=jnp.float32)
+  frontier, after = [], []
+  for row in rows[:12]:
+    p = np.asarray(probs(ar, row[None]))[0]  # p[j]: the law of token j + 1.
+    for i in range(100, 150):  # The frontier is token i; offset 1 is token i + 1.
+      guesses = np.argsort(-p[i - 1])[:TOP_K]
+      variants = np.repeat(row[None, :i + 1], TOP_K, axis=0)
+      variants[:, i] = guesses
+      marginal = p[i - 1, guesses] @ np.asarray(probs(ar, variants))[:, i]
+      frontier.append(p[i - 1].max())
+      after.append(marginal.max() + 1.0 - p[i - 1, guesses].sum())
+  print(f"zoo:pycode-ar: share > {TAU} at the frontier {np.mean(np.array(frontier) > TAU):.2f}; "
+        f"at offset 1 for a diffusion model with its knowledge, at most {np.mean(np.array(after) > TAU):.2f}")
+
+
+def main(argv=None) -> None:
+  paths = (sys.argv[1:] if argv is None else argv) or ["zoo:pycode-dlm"]
+  tokenizer = jaxdec.load_tokenizer("zoo:pycode-ar")
+  rows = corpus.fixed_windows(corpus.token_stream("validation", tokenizer), WINDOWS, LENGTH)
+  for path in paths:
+    diffusion_lookahead(path, rows)
+  ar_bound(rows)
+
+
+if __name__ == "__main__":
+  main()

@@ -3,9 +3,13 @@
 import os
 import sys
 
-_flag = "--xla_force_host_platform_device_count=8"
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# Single-threaded Eigen makes XLA:CPU's matmuls bit-reproducible inside a long test process: with
+# its thread pool, a few float32 sums came out rounded differently after other tests had run,
+# which flipped near-tied commits in the zoo regression cases (the dual-cache ones) and in the
+# knife-edge reference comparisons, one case or another per run.
+for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_multi_thread_eigen=false"):
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
@@ -24,3 +28,13 @@ from tiny import tiny_model  # noqa: E402
 def model():
   """A tiny random Llama-style model with peaked logits (no near-ties for greedy tests)."""
   return tiny_model()
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_compile_cache(monkeypatch):
+  """`jaxdec.cli.main` turns on JAX's persistent compilation cache for the whole process; in the
+  test process that would leak into every later test (and write to the user's cache), and a cache
+  write of an 8-device executable crashed the interpreter once. CLI tests run without it."""
+  import jaxdec.cli
+
+  monkeypatch.setattr(jaxdec.cli, "_enable_compile_cache", lambda: None)

@@ -4,6 +4,6 @@
 `jaxdec.generate` so the public function and the package do not shadow each other.
 """
 
-from jaxdec.ar.loop import GenerateOutput, generate, prefill
+from jaxdec.ar.loop import generate
 
-__all__ = ["GenerateOutput", "generate", "prefill"]
+__all__ = ["generate"]

@@ -12,18 +12,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, forward, unembed
+from jaxdec.decoding import DecodeOutput, clamp_budget, prefill, typed_key
+from jaxdec.model import KVCache, ModelConfig, forward
 from jaxdec.sampling import Sampling, sample_tokens
-
-
-@struct.dataclass
-class GenerateOutput:
-  """tokens i32[B, T]: generated tokens only, padded after `lengths` i32[B] (a final stop token
-  is included in the length); stats: dict of arrays (`nfe` i32[B] forwards per row, `steps`)."""
-
-  tokens: jax.Array
-  lengths: jax.Array
-  stats: dict
 
 
 @struct.dataclass
@@ -36,36 +27,23 @@ class _LoopState:
   steps: jax.Array  # i32[]: forwards run (prefill included).
 
 
-def prefill(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, cache: KVCache, *,
-            config: ModelConfig) -> tuple[jax.Array, KVCache]:
-  """Run right-padded prompts i32[B, P] into an empty cache.
-
-  Returns the logits f32[B, V] at each row's last prompt token and the cache with
-  `length = prompt_lengths` (slots written for padding are stale and get overwritten).
-  """
-  batch, width = prompt.shape
-  positions = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (batch, width))
-  hidden, _, cache = decode_hidden(params, embed(params, prompt), positions, cache, config=config)
-  last = jnp.take_along_axis(hidden, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]
-  return unembed(params, last, config), cache.with_length(prompt_lengths)
-
-
 def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new_tokens: jax.Array,
              key: jax.Array | None, stop_tokens: jax.Array, *, config: ModelConfig,
-             buffer_len: int, sampling: Sampling | None = None, pad_id: int = 0) -> GenerateOutput:
+             buffer_len: int, sampling: Sampling | None = None, pad_id: int = 0) -> DecodeOutput:
   """Generate up to `max_new_tokens` (i32 scalar or [B], at most `buffer_len`) tokens per row.
 
   Args:
     prompt: i32[B, P] right-padded prompts; prompt_lengths: i32[B], each >= 1.
-    key: PRNG key (unused when `sampling` is None: greedy).
+    key: PRNG key, typed or legacy uint32[2] (unused when `sampling` is None: greedy).
     stop_tokens: i32[E]; a row stops after emitting any of them (E may be 0).
     buffer_len: static size T of the output buffer; the cache holds P + T slots.
   """
   batch, width = prompt.shape
+  key = typed_key(key)
   rows = jnp.arange(batch, dtype=jnp.int32)
-  budget = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new_tokens, jnp.int32), (batch,)), buffer_len)
+  budget = clamp_budget(max_new_tokens, batch, buffer_len)
   cache = KVCache.init(config, batch, width + buffer_len, dtype=params["embed"].dtype)
-  logits, cache = prefill(params, prompt, prompt_lengths, cache, config=config)
+  logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
   first = sample_tokens(logits, sampling, key, rows, prompt_lengths)
   tokens = jnp.full((batch, buffer_len), pad_id, jnp.int32).at[:, 0].set(first)
   state = _LoopState(cache=cache, tokens=tokens, count=jnp.ones((batch,), jnp.int32),
@@ -86,5 +64,5 @@ def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new
                       last=jnp.where(active, token, s.last), steps=s.steps + 1)
 
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return GenerateOutput(tokens=state.tokens, lengths=state.count,
-                        stats={"nfe": state.count, "steps": state.steps})
+  return DecodeOutput(tokens=state.tokens, lengths=state.count,
+                      stats={"nfe": state.count, "steps": state.steps})

@@ -20,12 +20,12 @@ import numpy as np
 import jaxdec
 from jaxdec.bench.common import Timer, report
 from jaxdec.diffusion import (DualCache, Factor, FixedSteps, Frechet, PrefixCache, Threshold)
-from jaxdec.model import Model, ModelConfig, init_params
+from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
 RANDOM_CONFIG = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4,
                             num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=512,
-                            tie_word_embeddings=True, causal=False, architecture="llada",
+                            tie_word_embeddings=True, attention=Bidirectional(), architecture="llada",
                             bos_token_id=1, eos_token_ids=(2,), pad_token_id=0, mask_token_id=3)
 
 
@@ -61,7 +61,7 @@ def _prompts(tokenizer, count: int, prompt_tokens: int, vocab: int) -> list[list
   if tokenizer is None:
     rng = np.random.RandomState(0)
     return [rng.randint(4, vocab, prompt_tokens).tolist() for _ in range(count)]
-  from jaxdec.train.corpus import held_out_prompts
+  from jaxdec.corpus import held_out_prompts
 
   return held_out_prompts(tokenizer, count, prompt_tokens=prompt_tokens)
 
@@ -129,7 +129,7 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
       "block_length": block_length, "repeats": repeats}, out)
 
 
-# Rows for `jaxdec demo` (signature of jaxdec.demo.METHODS: fn(models, prompts, new_tokens) ->
+# Rows for `jaxdec demo` (merged by jaxdec.demo.run; each fn(models, prompts, new_tokens) ->
 # (tokens i32[B, T], lengths i32[B], forwards i32[B])); they need models["dlm"] = pycode-dlm.
 
 def _demo(scheduler, cache, block_length: int = 32):

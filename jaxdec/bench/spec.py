@@ -19,7 +19,7 @@ import numpy as np
 import jaxdec
 from jaxdec import spec
 from jaxdec.bench.common import Timer, report
-from jaxdec.train.corpus import held_out_prompts
+from jaxdec.corpus import held_out_prompts
 
 
 def _jaxdec_methods(draft, num_tokens):
@@ -133,7 +133,7 @@ def _demo(drafter_fn):
   return method
 
 
-# Rows for `jaxdec demo` (signature of jaxdec.demo.METHODS).
+# Rows for `jaxdec demo` (fn(models, prompts, new_tokens), merged by jaxdec.demo.run).
 DEMO_METHODS = {
     "speculative: prompt lookup (pycode-ar)": _demo(lambda m: spec.PromptLookup(3, 4)),
     "speculative: draft model k=4 (pycode-ar + pycode-draft)": _demo(lambda m: spec.DraftModel(m["draft"], 4)),

@@ -15,7 +15,11 @@ from jaxdec.model import Model
 
 
 def load_hf(path: str, dtype=None) -> Model:
-  """Read config.json and the weights of an HF directory (safetensors, sharded, or .bin)."""
+  """Read config.json and the weights of an HF directory (safetensors, sharded, or .bin).
+
+  A missing directory or shard raises FileNotFoundError; a corrupt or truncated weight file, a
+  config jaxdec cannot run exactly, or tensors that do not match it raise ValueError.
+  """
   if not os.path.isdir(path):
     raise FileNotFoundError(f"not a directory: {path}")
   config = read_hf_config(path)
@@ -30,8 +34,18 @@ def _to_device(params):
 
 
 def export_hf(model: Model, tokenizer, out_dir: str) -> str:
-  """Write `model` (and `tokenizer`, if given) as an HF directory that
-  `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` loads."""
+  """Write `model` (and `tokenizer`, if given) as an HF directory (config.json,
+  generation_config.json, model.safetensors); returns `out_dir`. What loads it:
+
+  - causal llama / qwen2 / qwen3 / mistral: `transformers.AutoModelForCausalLM.from_pretrained`
+    (same logits) and `jaxdec.load`.
+  - masked-diffusion llada / Dream: `jaxdec.load`. transformers has no class for them (it
+    raises on the unknown model_type): the directory follows the original checkpoints' config
+    fields and tensor names but carries none of their remote code. Copying the model's own
+    `configuration_*.py` / `modeling_*.py` and the config's `auto_map` in from the original
+    checkpoint is what `transformers.AutoModel.from_pretrained(out_dir, trust_remote_code=True)`
+    would need (untested here: jaxdec ships no remote code).
+  """
   os.makedirs(out_dir, exist_ok=True)
   dtype_name = np.dtype(model.dtype).name
   with open(os.path.join(out_dir, "config.json"), "w") as f:

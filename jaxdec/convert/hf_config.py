@@ -1,7 +1,9 @@
 """Hugging Face `config.json` <-> ModelConfig, with an allowlist: unknown fields raise.
 
 Both layouts are read: transformers v4's top-level `rope_theta` / `rope_scaling` and v5's
-`rope_parameters`. Export writes the v5 layout.
+`rope_parameters`, with transformers' precedence when a config carries both (the legacy
+`rope_scaling` wins). RoPE types jaxdec does not implement (yarn, dynamic, longrope, ...) raise.
+Export writes the v5 layout.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from typing import Any
 
 from jaxdec.model.config import ModelConfig, RopeScaling
+from jaxdec.model.masks import Bidirectional, Causal
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + ("llada", "Dream")
@@ -34,11 +37,13 @@ _REQUIRED_VALUES = {
 
 
 def _rope(raw: dict[str, Any]) -> tuple[float, RopeScaling | None]:
-  params = raw.get("rope_parameters")
-  if params is None:  # transformers v4 layout.
-    params = dict(raw.get("rope_scaling") or {})
-    params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
-  params = dict(params)
+  """(rope_theta, scaling) as transformers v5 reads them, so jaxdec computes the logits it does.
+
+  A non-empty legacy `rope_scaling` replaces `rope_parameters` wholesale (its theta included:
+  the theta then comes from a top-level `rope_theta`, else 10000); llama3 scaling defaults
+  `original_max_position_embeddings` to `max_position_embeddings`.
+  """
+  params = dict(raw.get("rope_scaling") or raw.get("rope_parameters") or {})
   theta = float(params.pop("rope_theta", raw.get("rope_theta", 10000.0)))
   kind = params.pop("rope_type", params.pop("type", "default"))
   if kind == "default":
@@ -47,10 +52,15 @@ def _rope(raw: dict[str, Any]) -> tuple[float, RopeScaling | None]:
     return theta, None
   if kind not in ("linear", "llama3"):
     raise ValueError(f"unsupported rope_type {kind!r}; jaxdec implements default, linear, llama3")
-  known = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+  known = {"factor"} | ({"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+                        if kind == "llama3" else set())
   unknown = set(params) - known
   if unknown:
     raise ValueError(f"unhandled rope parameters for rope_type {kind!r}: {sorted(unknown)}")
+  if "factor" not in params:
+    raise ValueError(f"rope_type {kind!r} needs a factor, got rope parameters {sorted(params)}")
+  if kind == "llama3":
+    params.setdefault("original_max_position_embeddings", raw["max_position_embeddings"])
   return theta, RopeScaling(kind=kind, **params)
 
 
@@ -139,7 +149,7 @@ def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     return _dream_to_hf(config, dtype_name)
   if arch not in LLAMA_FAMILY:
     raise ValueError(f"cannot export architecture {arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
-  if not config.causal:
+  if not config.is_causal:
     raise ValueError("exporting a bidirectional (masked-diffusion) model as a causal LM would "
                      "change its behaviour; export supports causal models only")
   if config.qkv_bias != (arch == "qwen2") or config.qk_norm != (arch == "qwen3"):
@@ -217,7 +227,7 @@ def _llada_config(raw: dict[str, Any]) -> ModelConfig:
       rope_theta=float(raw.get("rope_theta", 10000.0)),
       tie_word_embeddings=bool(raw.get("weight_tying", False)),
       qkv_bias=bool(raw.get("include_qkv_bias", False)),
-      causal=False,
+      attention=Bidirectional(),
       architecture="llada",
       bos_token_id=raw.get("bos_token_id"),
       eos_token_ids=_token_ids(raw.get("eos_token_id")),
@@ -227,7 +237,7 @@ def _llada_config(raw: dict[str, Any]) -> ModelConfig:
 
 
 def _llada_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
-  if config.causal or config.mask_token_id is None:
+  if config.is_causal or config.mask_token_id is None:
     raise ValueError("a llada checkpoint is a bidirectional model with a mask_token_id")
   if config.qk_norm or config.sliding_window is not None or config.rope_scaling is not None:
     raise ValueError("llada has no qk_norm, sliding window or rope scaling")
@@ -264,14 +274,14 @@ def _dream_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> Mod
   if "mask_token_id" not in raw:
     raise ValueError("a Dream config needs mask_token_id")
   base = config_from_hf(dict(qwen2, model_type="qwen2"), generation)
-  return dataclasses.replace(base, causal=False, shifted_logits=True, architecture="Dream",
+  return dataclasses.replace(base, attention=Bidirectional(), shifted_logits=True, architecture="Dream",
                              mask_token_id=raw["mask_token_id"])
 
 
 def _dream_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
-  if config.causal or not config.shifted_logits or config.mask_token_id is None:
+  if config.is_causal or not config.shifted_logits or config.mask_token_id is None:
     raise ValueError("a Dream checkpoint is bidirectional, shifted, with a mask_token_id")
-  qwen2 = dataclasses.replace(config, causal=True, shifted_logits=False, architecture="qwen2",
+  qwen2 = dataclasses.replace(config, attention=Causal(), shifted_logits=False, architecture="qwen2",
                               mask_token_id=None)
   out = config_to_hf(qwen2, dtype_name)
   out.update(architectures=["DreamModel"], model_type="Dream", mask_token_id=config.mask_token_id)

@@ -4,6 +4,9 @@ The key table is generated from the config, one entry per expected HF tensor, so
 an exact dictionary match: any tensor left over, missing, or of the wrong shape raises a
 ValueError that names it. HF stores linear weights as [out, in]; jaxdec as [in, *out] with head
 axes split out. RoPE uses the same rotate-half layout on both sides, so q/k are not permuted.
+
+A checkpoint file that cannot be parsed (truncated download, garbage bytes) raises a ValueError
+naming the file; a shard its index lists but the directory lacks raises FileNotFoundError.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pickle
 from typing import Iterator, NamedTuple
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, needed by safetensors' numpy loader)
@@ -93,33 +97,63 @@ def _torch_to_numpy(tensor) -> np.ndarray:
   return tensor.numpy()
 
 
+def _corrupt(path: str, error: Exception) -> ValueError:
+  return ValueError(f"checkpoint file {path} is corrupt or truncated (re-download or re-export "
+                    f"it): {type(error).__name__}: {error}")
+
+
 def _load_torch_file(path: str) -> dict[str, np.ndarray]:
   try:
     import torch
   except ImportError as e:
     raise ImportError(f"reading {path} needs torch: pip install 'jaxdec[hf]'") from e
-  state = torch.load(path, map_location="cpu", weights_only=True)
+  try:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+  except (FileNotFoundError, PermissionError):
+    raise
+  except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as e:  # A truncated zip: OSError.
+    raise _corrupt(path, e) from e
   return {name: _torch_to_numpy(t) for name, t in state.items()}
+
+
+def _iter_safetensors_file(path: str) -> Iterator[tuple[str, np.ndarray]]:
+  from safetensors import SafetensorError, safe_open
+
+  try:
+    with safe_open(path, framework="numpy") as f:
+      for key in f.keys():
+        tensor = f.get_tensor(key)
+        yield key, tensor
+  except SafetensorError as e:
+    raise _corrupt(path, e) from e
+
+
+def _shards_from_index(path: str, index_name: str) -> list[str]:
+  """The shard files an index json maps tensors to; every one must exist."""
+  index = os.path.join(path, index_name)
+  with open(index) as f:
+    try:
+      weight_map = json.load(f)["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+      raise ValueError(f"checkpoint index {index} is corrupt: no readable 'weight_map' ({e})") from e
+  files = sorted(set(weight_map.values()))
+  missing = [name for name in files if not os.path.exists(os.path.join(path, name))]
+  if missing:
+    raise FileNotFoundError(f"{index} lists shards missing from {path}: {missing}")
+  return files
 
 
 def iter_checkpoint_tensors(path: str) -> Iterator[tuple[str, np.ndarray]]:
   """Yield (name, array) from model.safetensors, sharded safetensors (with their index json), or
   pytorch_model.bin (sharded or not), in that order of preference."""
-  from safetensors import safe_open
-
-  def files_from_index(index_name: str) -> list[str]:
-    with open(os.path.join(path, index_name)) as f:
-      weight_map = json.load(f)["weight_map"]
-    return sorted(set(weight_map.values()))
-
   if os.path.exists(os.path.join(path, "model.safetensors")):
     files, kind = ["model.safetensors"], "safetensors"
   elif os.path.exists(os.path.join(path, "model.safetensors.index.json")):
-    files, kind = files_from_index("model.safetensors.index.json"), "safetensors"
+    files, kind = _shards_from_index(path, "model.safetensors.index.json"), "safetensors"
   elif os.path.exists(os.path.join(path, "pytorch_model.bin")):
     files, kind = ["pytorch_model.bin"], "torch"
   elif os.path.exists(os.path.join(path, "pytorch_model.bin.index.json")):
-    files, kind = files_from_index("pytorch_model.bin.index.json"), "torch"
+    files, kind = _shards_from_index(path, "pytorch_model.bin.index.json"), "torch"
   else:
     found = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "*")))
     raise FileNotFoundError(f"no model.safetensors[.index.json] or pytorch_model.bin[.index.json] "
@@ -127,9 +161,7 @@ def iter_checkpoint_tensors(path: str) -> Iterator[tuple[str, np.ndarray]]:
   for name in files:
     file = os.path.join(path, name)
     if kind == "safetensors":
-      with safe_open(file, framework="numpy") as f:
-        for key in f.keys():
-          yield key, f.get_tensor(key)
+      yield from _iter_safetensors_file(file)
     else:
       yield from _load_torch_file(file).items()
 

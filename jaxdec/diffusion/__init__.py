@@ -1,15 +1,23 @@
 """Masked-diffusion decoding (LLaDA, Dream, Fast-dLLM), un-jitted, for use inside a caller's jit.
 
-`jaxdec.diffusion_generate` (api.py) is the validated, jitted entry point.
+`jaxdec.diffusion_generate` (api.py) is the validated, jitted entry point. Plug-in parts:
+schedulers implement `Scheduler` (schedulers.py; one file per family), caches implement
+`DiffusionCache` (caches.py), confidence measures implement `Confidence` (confidence.py).
 """
 
-from jaxdec.diffusion.caches import DualCache, PrefixCache
+from jaxdec.diffusion.caches import CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache
+from jaxdec.diffusion.confidence import (Confidence, Margin, NegEntropy, Probability,
+                                         RandomConfidence)
+from jaxdec.diffusion.dream import Dream
+from jaxdec.diffusion.fast_dllm import Factor, Frechet, Threshold
+from jaxdec.diffusion.llada import FixedSteps
 from jaxdec.diffusion.proposals import EosFlags
-from jaxdec.diffusion.sampler import (Denoiser, DiffusionOutput, ModelDenoiser, denoise,
-                                      diffusion_generate)
-from jaxdec.diffusion.schedulers import (Dream, Factor, FixedSteps, Frechet, Scheduler, Threshold,
-                                         transfer_count)
+from jaxdec.diffusion.sampler import Denoiser, ModelDenoiser, denoise, diffusion_generate
+from jaxdec.diffusion.schedulers import (Decision, Ranked, Scheduler, StepView, commit, filled,
+                                         rank_confidence, top, transfer_count)
 
-__all__ = ["diffusion_generate", "denoise", "DiffusionOutput", "Denoiser", "ModelDenoiser",
-           "FixedSteps", "Dream", "Threshold", "Factor", "Frechet", "Scheduler", "transfer_count",
-           "PrefixCache", "DualCache", "EosFlags"]
+__all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
+           "Scheduler", "StepView", "Decision", "Ranked", "rank_confidence", "commit", "filled", "top",
+           "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet",
+           "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache",
+           "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "EosFlags"]

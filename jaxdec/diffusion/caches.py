@@ -1,46 +1,89 @@
-"""Fast-dLLM's approximate KV caches for bidirectional denoisers.
+"""The diffusion cache protocol and its built-ins: how each step's window logits are computed.
 
-At the first step of every block one full forward refreshes the keys and values of the whole
-canvas (and its logits drive that step's commits); the block's later steps run only a query
-window and reuse the refreshed entries. On a bidirectional model the reused entries are stale
-(they were computed before this block's commits), so both caches are opt-in approximations; on
-a one-layer model they are exact, which the tests use.
+A cache is asked once per step for the logits of the active window (`logits(state, denoiser,
+view)`) and decides what to recompute and what to reuse; its state (K/V, bookkeeping) rides in
+the loop carry. It also says which rows advance this step: a cache that refreshes for some rows
+may hold the others back, so that a batch gives every row exactly what it would get alone.
 
-- `PrefixCache`: reuse the prefix before the block; the window is the block and everything after.
-- `DualCache`: reuse the prefix and the suffix after the block; the window is the block alone.
+- `NoCache`: a full forward over the canvas every step (exact; the default).
+- `PrefixCache` / `DualCache` (Fast-dLLM): at the first step of every block one full forward
+  refreshes the keys and values of the whole canvas (and its logits drive that step's commits);
+  the block's later steps run only a query window and reuse the refreshed entries. On a
+  bidirectional model the reused entries are stale (computed before this block's commits), so
+  both are opt-in approximations; on a one-layer model they are exact, which the tests use.
+  `PrefixCache` reuses the prefix before the block (the window is the block and everything
+  after); `DualCache` reuses the prefix and the suffix (the window is the block alone).
 
-The jaxdec KV cache attends to slots [0, length) plus the block being written at length, so the
-refresh forward runs the canvas in *slot order* prefix ++ suffix ++ window (RoPE positions travel
-with the tokens; attention is order-free), leaving the window's slots last, to be rewritten by
-every later step. On a shifted (Dream) model the window starts one token early, so that the
-block's first position is predicted by a fresh output.
+The refresh forward writes the canvas in *slot order* prefix ++ suffix ++ window (cache slots
+carry their positions; attention is order-free), leaving the window's slots last, to be
+rewritten by every later step. On a shifted (Dream) model the window starts one token early, so
+that the block's first position is predicted by a fresh output.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import abc
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+from flax import struct
+
+from jaxdec.decoding import positions
 
 
-@dataclasses.dataclass(frozen=True)
-class PrefixCache:
-  """Reuse keys/values of the positions before the current block (Fast-dLLM prefix cache)."""
+@struct.dataclass
+class CanvasView:
+  """What a cache sees at one step. x i32[B, W]: the canvases (W static); start i32[B]: the
+  active window's first canvas position; active bool[B]: rows still decoding; step i32[B]:
+  forwards already run on the row's current block; lengths i32[B]: real canvas lengths; window:
+  static window length N; gen_length, shift: static (shift 1 on models whose output i predicts
+  position i + 1)."""
 
-  def window(self, block_length: int, gen_length: int, shift: int) -> int:
-    return gen_length + shift
+  x: jax.Array
+  start: jax.Array
+  active: jax.Array
+  step: jax.Array
+  lengths: jax.Array
+  window: int = struct.field(pytree_node=False)
+  gen_length: int = struct.field(pytree_node=False)
+  shift: int = struct.field(pytree_node=False)
+
+  def logit_index(self) -> jax.Array:
+    """i32[B, N]: the outputs that predict the window's positions."""
+    return positions(self.x.shape[0], self.window, self.start - self.shift)
 
 
-@dataclasses.dataclass(frozen=True)
-class DualCache:
-  """Reuse keys/values before and after the current block (Fast-dLLM dual cache)."""
+class DiffusionCache(Protocol):
+  """A pytree (e.g. a flax.struct.dataclass): settings as static fields, swept values as
+  leaves."""
 
-  def window(self, block_length: int, gen_length: int, shift: int) -> int:
-    return block_length + shift
+  def check(self, guided: bool) -> None:
+    """Raise ValueError if this cache cannot serve the call (`guided`: classifier-free guidance)."""
+
+  @abc.abstractmethod
+  def init(self, denoiser, batch: int, width: int) -> Any:
+    """The state for `batch` canvases of static width `width`."""
+
+  @abc.abstractmethod
+  def logits(self, state: Any, denoiser, view: CanvasView) -> tuple[jax.Array, jax.Array, Any]:
+    """(logits f32[B, N, V] of the window, advance bool[B]: rows whose step this is, state)."""
 
 
-CACHES = (PrefixCache, DualCache)
+@struct.dataclass
+class NoCache:
+  """Recompute everything: one full forward over the canvas per step (exact)."""
+
+  def check(self, guided: bool) -> None:
+    pass
+
+  def init(self, denoiser, batch, width):
+    return ()
+
+  def logits(self, state, denoiser, view: CanvasView):
+    batch, width = view.x.shape
+    h, _ = denoiser.hidden(view.x, positions(batch, width), None, view.lengths)
+    return denoiser.logits(h, view.logit_index()), view.active, state
 
 
 def slot_order(start: jax.Array, window: jax.Array, length: jax.Array, width: int) -> jax.Array:
@@ -55,3 +98,67 @@ def slot_order(start: jax.Array, window: jax.Array, length: jax.Array, width: in
   return jnp.where(slot < start, slot,
                    jnp.where(slot < suffix_end, slot + window,
                              jnp.where(slot < length, start + slot - suffix_end, slot)))
+
+
+class _Refreshed:
+  """Fast-dLLM's scheme, parameterised by the query window's static length."""
+
+  def query_length(self, view: CanvasView) -> int:
+    raise NotImplementedError
+
+  def check(self, guided: bool) -> None:
+    if guided:
+      raise ValueError(f"classifier-free guidance (cfg_scale > 0) needs cache=None, got "
+                       f"{type(self).__name__}()")
+
+  def init(self, denoiser, batch, width):
+    return denoiser.init_cache(batch, width)
+
+  def logits(self, state, denoiser, view: CanvasView):
+    # While any row starts a block, the whole batch runs the refresh forward, and only the rows
+    # starting a block take a step; the others wait one iteration. That is what keeps a batch
+    # equal to one-by-one runs: every row's step sees exactly the forward it would see alone.
+    refresh = jnp.any(view.active & (view.step == 0))
+    return jax.lax.cond(refresh, self._refresh, self._cached, state, denoiser, view)
+
+  def _window(self, view: CanvasView):
+    """(first query position i32[B], real query length i32[B], static query length)."""
+    first = view.start - view.shift
+    size = self.query_length(view)
+    return first, jnp.minimum(size, view.lengths - first), size
+
+  def _refresh(self, state, denoiser, view: CanvasView):
+    batch, width = view.x.shape
+    first, real, _ = self._window(view)
+    order = slot_order(first, real, view.lengths, width)
+    h, fresh = denoiser.hidden(jnp.take_along_axis(view.x, order, axis=1), order,
+                               denoiser.init_cache(batch, width), view.lengths)
+    logits = denoiser.logits(h, positions(batch, view.window, view.lengths - real))
+    go = view.active & (view.step == 0)
+    kept = fresh.with_length(view.lengths - real).where(go, state)
+    return logits, go, kept
+
+  def _cached(self, state, denoiser, view: CanvasView):
+    batch, width = view.x.shape
+    first, real, size = self._window(view)
+    index = positions(batch, size, first)
+    tokens = jnp.take_along_axis(view.x, jnp.minimum(index, width - 1), axis=1)
+    h, out = denoiser.hidden(tokens, index, state, real)
+    logits = denoiser.logits(h, positions(batch, view.window))
+    return logits, view.active, out.with_length(state.length)
+
+
+@struct.dataclass
+class PrefixCache(_Refreshed):
+  """Reuse keys/values of the positions before the current block (Fast-dLLM prefix cache)."""
+
+  def query_length(self, view: CanvasView) -> int:
+    return view.gen_length + view.shift
+
+
+@struct.dataclass
+class DualCache(_Refreshed):
+  """Reuse keys/values before and after the current block (Fast-dLLM dual cache)."""
+
+  def query_length(self, view: CanvasView) -> int:
+    return view.window + view.shift

@@ -2,9 +2,11 @@
 
 from flax import struct
 
+from jaxdec.model.attention import attention
 from jaxdec.model.config import ModelConfig, RopeScaling
-from jaxdec.model.decoder import decode_hidden, embed, forward, unembed
+from jaxdec.model.decoder import decode_hidden, embed, forward, mask_spec, unembed
 from jaxdec.model.kv_cache import KVCache
+from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec
 from jaxdec.model.params import check_params, init_params, param_specs
 
 
@@ -21,4 +23,5 @@ class Model:
 
 
 __all__ = ["Model", "ModelConfig", "RopeScaling", "KVCache", "forward", "decode_hidden", "embed",
-           "unembed", "init_params", "param_specs", "check_params"]
+           "unembed", "init_params", "param_specs", "check_params", "attention", "mask_spec",
+           "MaskSpec", "Causal", "Bidirectional", "BlockCausal"]

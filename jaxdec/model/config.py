@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, pattern_from_dict, pattern_to_dict
+
 ROPE_KINDS = ("linear", "llama3")
 
 
@@ -52,7 +54,8 @@ class ModelConfig:
   qkv_bias: bool = False  # Qwen2: biases on the q/k/v projections.
   qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before RoPE.
   sliding_window: int | None = None  # Mistral: a query sees at most this many keys.
-  causal: bool = True  # False for masked-diffusion models (LLaDA, Dream).
+  # Who sees whom: Causal() (AR models), Bidirectional() (LLaDA, Dream), BlockCausal(n).
+  attention: Causal | Bidirectional | BlockCausal = Causal()
   shifted_logits: bool = False  # Dream: the logits at position i predict token i + 1.
   architecture: str = "llama"  # HF `model_type` used when exporting.
   bos_token_id: int | None = None
@@ -71,6 +74,9 @@ class ModelConfig:
                        f"num_kv_heads={self.num_kv_heads}")
     if self.head_dim % 2:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+    if not isinstance(self.attention, (Causal, Bidirectional, BlockCausal)):
+      raise TypeError(f"ModelConfig.attention must be Causal(), Bidirectional() or "
+                      f"BlockCausal(block_size), got {self.attention!r}")
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
     if not isinstance(self.eos_token_ids, tuple):
@@ -84,21 +90,30 @@ class ModelConfig:
         raise ValueError(f"eos token id {value} is outside the vocabulary [0, {self.vocab_size})")
 
   @property
+  def is_causal(self) -> bool:
+    """True for autoregressive models (each token sees only the past)."""
+    return isinstance(self.attention, Causal)
+
+  @property
   def num_params(self) -> int:
     from jaxdec.model.params import param_shapes  # Local import: params imports config.
 
     return sum(math.prod(shape) for shape in param_shapes(self).values())
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    return dict(dataclasses.asdict(self), attention=pattern_to_dict(self.attention))
 
   @classmethod
   def from_dict(cls, data: dict) -> "ModelConfig":
     data = dict(data)
+    if "causal" in data:  # Saved before attention patterns existed.
+      data["attention"] = {"kind": "causal" if data.pop("causal") else "bidirectional"}
     unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
       raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
     if data.get("rope_scaling") is not None:
       data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
     data["eos_token_ids"] = tuple(data.get("eos_token_ids", ()))
+    if "attention" in data:
+      data["attention"] = pattern_from_dict(data["attention"])
     return cls(**data)

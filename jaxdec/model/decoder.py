@@ -13,9 +13,9 @@ import jax.numpy as jnp
 
 from jaxdec.model.attention import attention
 from jaxdec.model.config import ModelConfig
-from jaxdec.model.kv_cache import KVCache, write_layer
+from jaxdec.model.kv_cache import KVCache, write_layer, write_slots
 from jaxdec.model.layers import apply_rope, lead, rms_norm, rope_cos_sin, swiglu_mlp
-from jaxdec.model.masks import default_block_mask, key_visibility
+from jaxdec.model.masks import MaskSpec
 
 
 def embed(params: dict, tokens: jax.Array) -> jax.Array:
@@ -29,7 +29,7 @@ def unembed(params: dict, hidden: jax.Array, config: ModelConfig) -> jax.Array:
   return jnp.einsum("...d,dv->...v", hidden, head).astype(jnp.float32)
 
 
-def _layer(x, p, cos, sin, visible, config: ModelConfig, kv=None):
+def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
   """One pre-norm block. `kv` = (k_all, v_all, layer, start) when a cache is used."""
   eps = config.rms_norm_eps
   h = rms_norm(x, p["attn_norm"], eps)
@@ -47,77 +47,105 @@ def _layer(x, p, cos, sin, visible, config: ModelConfig, kv=None):
     v_all = write_layer(v_all, layer, v, start)
     k, v = k_all[layer], v_all[layer]
     kv = (k_all, v_all)
-  out = attention(q, k, v, visible)
+  out = attention(q, k, v, mask=mask)
   x = x + jnp.einsum("bthk,hkd->btd", out, p["wo"])
   h = rms_norm(x, p["mlp_norm"], eps)
   x = x + swiglu_mlp(h, p["w_gate"], p["w_up"], p["w_down"])
   return x, kv
 
 
+def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
+              tree: jax.Array | None = None, valid_lengths: jax.Array | None = None) -> MaskSpec:
+  """The MaskSpec of one forward of tokens at `positions` i32[B, T] (see `forward`)."""
+  batch, steps = positions.shape
+  valid = jnp.full((batch,), steps, jnp.int32) if valid_lengths is None else valid_lengths
+  if cache is None:
+    kv_positions, kv_length, start = positions, valid, jnp.zeros((batch,), jnp.int32)
+  else:
+    kv_positions = write_slots(cache.positions, positions, cache.length)
+    kv_length, start = cache.length + valid, cache.length
+  return MaskSpec(q_positions=positions, kv_positions=kv_positions, kv_length=kv_length,
+                  pattern=config.attention, window=config.sliding_window, tree=tree,
+                  tree_start=None if tree is None else start)
+
+
+def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) -> None:
+  for idx in hidden_layers:
+    if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx <= config.num_layers:
+      raise ValueError(f"hidden layer index {idx!r} is outside [0, {config.num_layers}]")
+
+
 def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCache | None = None, *,
-                  config: ModelConfig, mask: jax.Array | None = None,
-                  hidden_layers: Sequence[int] = ()):
+                  config: ModelConfig, tree: jax.Array | None = None,
+                  valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
   """Run the layers on embeddings x[B, T, D]; returns (final-normed hidden, selected, cache).
 
   See `forward` for the arguments. Split out so callers that need logits at only a few
   positions (prefill) can skip the full [B, T, V] projection.
   """
-  steps = x.shape[1]
   hidden_layers = tuple(hidden_layers)
-  for idx in hidden_layers:
-    if not 0 <= idx <= config.num_layers:
-      raise ValueError(f"hidden layer index {idx} is outside [0, {config.num_layers}]")
-  keep = bool(hidden_layers)
+  _check_hidden_layers(hidden_layers, config)
   cos, sin = rope_cos_sin(positions, config)
-  block = default_block_mask(config, steps) if mask is None else mask
-  length = None if cache is None else cache.length
-  cache_len = steps if cache is None else cache.max_len
-  visible = key_visibility(block, positions, length, cache_len, config.sliding_window)
+  mask = mask_spec(positions, cache, config, tree, valid_lengths)
+  # Only the requested layers' inputs are kept: slot[i] is where layer i's input goes (len() =
+  # dropped), so memory grows with the selection, not with the depth.
+  wanted = [i for i in hidden_layers if i < config.num_layers]
+  slot = jnp.asarray([wanted.index(i) if i in wanted else len(wanted)
+                      for i in range(config.num_layers)], jnp.int32)
+  kept = jnp.zeros((len(wanted),) + x.shape, x.dtype)
+  layer_ids = jnp.arange(config.num_layers, dtype=jnp.int32)
 
   if cache is None:
-    def body(x, p):
-      new_x, _ = _layer(x, p, cos, sin, visible, config)
-      return new_x, (x if keep else None)
+    def body(carry, xs):
+      x, kept = carry
+      p, layer = xs
+      kept = kept.at[slot[layer]].set(x, mode="drop") if wanted else kept
+      new_x, _ = _layer(x, p, cos, sin, mask, config)
+      return (new_x, kept), None
 
-    x, layer_inputs = jax.lax.scan(body, x, params["layers"])
+    (x, kept), _ = jax.lax.scan(body, (x, kept), (params["layers"], layer_ids))
   else:
     def body(carry, xs):
-      x, k_all, v_all = carry
+      x, kept, k_all, v_all = carry
       p, layer = xs
-      new_x, (k_all, v_all) = _layer(x, p, cos, sin, visible, config,
+      kept = kept.at[slot[layer]].set(x, mode="drop") if wanted else kept
+      new_x, (k_all, v_all) = _layer(x, p, cos, sin, mask, config,
                                      kv=(k_all, v_all, layer, cache.length))
-      return (new_x, k_all, v_all), (x if keep else None)
+      return (new_x, kept, k_all, v_all), None
 
     # Two layers per loop iteration halve the per-iteration overhead that dominates small-batch
     # decode steps on CPU (measured: batch 1 +10% tokens/s, batch 8 -7%).
-    layer_ids = jnp.arange(config.num_layers, dtype=jnp.int32)
-    (x, k_all, v_all), layer_inputs = jax.lax.scan(
-        body, (x, cache.k, cache.v), (params["layers"], layer_ids), unroll=2)
-    cache = KVCache(k=k_all, v=v_all, length=cache.length + steps)
+    (x, kept, k_all, v_all), _ = jax.lax.scan(
+        body, (x, kept, cache.k, cache.v), (params["layers"], layer_ids), unroll=2)
+    cache = KVCache(k=k_all, v=v_all, positions=mask.kv_positions, length=cache.length + positions.shape[1])
 
   h = rms_norm(x, params["final_norm"], config.rms_norm_eps)
   selected = None
-  if keep:
-    selected = jnp.stack([h if i == config.num_layers else layer_inputs[i] for i in hidden_layers])
+  if hidden_layers:
+    selected = jnp.stack([h if i == config.num_layers else kept[wanted.index(i)]
+                          for i in hidden_layers])
   return h, selected, cache
 
 
 def forward(params: dict, tokens: jax.Array, positions: jax.Array, cache: KVCache | None = None, *,
-            config: ModelConfig, mask: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
+            config: ModelConfig, tree: jax.Array | None = None,
+            valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
   """Run the decoder on tokens i32[B, T] at positions i32[B, T].
 
   Args:
     cache: if given, the T tokens are written at slots [length, length + T) of each row and
-      attend to the committed prefix plus the block; the returned cache has `length + T`.
-    mask: bool[B or 1, T, T] visibility inside the block (a tree's ancestor matrix, say);
-      default causal, or full for a bidirectional config.
+      attend to the cache's real entries plus the block; the returned cache has `length + T`.
+    tree: bool[B or 1, T, T] visibility among the T tokens (a draft tree's ancestor matrix),
+      replacing the model's attention pattern there; keys in the cache keep the pattern.
+    valid_lengths: i32[B] real tokens among the T per row; later ones are padding, hidden as keys.
     hidden_layers: static layer indices i in [0, num_layers]; i < num_layers selects the
-      residual stream entering layer i, num_layers the final-normed state (HF's
-      `hidden_states[i]` convention).
+      residual stream entering layer i (pre-norm), num_layers the final-normed state (HF's
+      `hidden_states[i]` convention). Only the selected layers are kept.
 
   Returns:
     (logits f32[B, T, V], hidden [len(hidden_layers), B, T, D] or None, cache or None).
   """
   h, hidden, cache = decode_hidden(params, embed(params, tokens), positions, cache, config=config,
-                                   mask=mask, hidden_layers=hidden_layers)
+                                   tree=tree, valid_lengths=valid_lengths,
+                                   hidden_layers=hidden_layers)
   return unembed(params, h, config), hidden, cache

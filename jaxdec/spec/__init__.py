@@ -1,10 +1,18 @@
 """Speculative decoding, un-jitted (call inside your own jit); `jaxdec.speculative_generate` is
-the validated, jitted entry point."""
+the validated, jitted entry point.
 
-from jaxdec.spec.drafters import AdaPLD, Context, DraftModel, Drafter, PromptLookup
+Drafters implement `Drafter` (one file each), verifiers implement `Verifier` (verify.py).
+"""
+
+from jaxdec.spec.adapld import AdaPLD
+from jaxdec.spec.draft_model import DraftModel
+from jaxdec.spec.drafter import Context, Drafter, Feedback
+from jaxdec.spec.lookup import PromptLookup
 from jaxdec.spec.loop import speculative_generate
 from jaxdec.spec.tree import Tree
-from jaxdec.spec.verify import Collaborative, Draft, Exact, Greedy, Truncation, Verdict
+from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation, Verdict,
+                                Verifier)
 
-__all__ = ["speculative_generate", "Drafter", "Context", "DraftModel", "PromptLookup", "AdaPLD",
-           "Tree", "Draft", "Verdict", "Greedy", "Exact", "Truncation", "Collaborative"]
+__all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
+           "PromptLookup", "AdaPLD", "Tree", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
+           "Truncation", "Collaborative"]

@@ -16,11 +16,13 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdec.ar.loop import GenerateOutput
+from jaxdec.decoding import (DecodeOutput, check_returned, clamp_budget, positions, prefill,
+                             typed_key)
 from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.sampling import Sampling, sample_tokens
-from jaxdec.spec.drafters import Context, Drafter
+from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.tree import Tree
+from jaxdec.spec.verify import Verdict, Verifier
 
 
 @struct.dataclass
@@ -30,10 +32,26 @@ class _SpecState:
   seq: jax.Array  # i32[B, S]
   total: jax.Array  # i32[B]
   done: jax.Array  # bool[B]
-  hidden: jax.Array | None  # f32[B, S, D] or None
+  hidden: jax.Array | None  # [layers, B, S, D] at the drafter's layers, or None.
   target_forwards: jax.Array  # i32[B]
   accepted: jax.Array  # i32[B, max_steps]: drafts accepted at each step (-1 = no step).
   step: jax.Array  # i32[]
+
+
+@struct.dataclass
+class _Step:
+  """Everything a step reads besides the state (static settings first)."""
+
+  config: ModelConfig = struct.field(pytree_node=False)
+  layers: tuple = struct.field(pytree_node=False)
+  params: dict
+  drafter: Drafter
+  verifier: Verifier
+  sampling: Sampling | None  # None: greedy.
+  key: jax.Array | None
+  stop_tokens: jax.Array
+  prompt_lengths: jax.Array
+  budget: jax.Array
 
 
 def compact_path(cache: KVCache, base: jax.Array, path: jax.Array, tree: Tree) -> KVCache:
@@ -41,117 +59,132 @@ def compact_path(cache: KVCache, base: jax.Array, path: jax.Array, tree: Tree) -
   slots base + 1 .. base + D so the cache is a plain sequence again. Chains need nothing."""
   if tree.is_chain:
     return cache
-  depth = path.shape[1]
-  src = base[:, None] + path  # [B, D]
-  dst = base[:, None] + 1 + jnp.arange(depth, dtype=jnp.int32)[None, :]
+  dst = base[:, None] + 1 + jnp.arange(path.shape[1], dtype=jnp.int32)[None, :]
+  return cache.move(base[:, None] + path, dst)
 
-  def move(buffer):  # [L, B, S, K, hd]
-    rows = jnp.arange(buffer.shape[1])[:, None]
-    picked = buffer[:, rows, jnp.clip(src, 0, buffer.shape[2] - 1)]
-    return buffer.at[:, rows, dst].set(picked, mode="drop")
 
-  return cache.replace(k=move(cache.k), v=move(cache.v))
+def _verify(c: _Step, s: _SpecState, rows: jax.Array):
+  """Draft, run the target over [root, drafts], verify: (draft, verdict, hidden, cache, state)."""
+  tree = c.drafter.tree
+  base = s.total - 1  # Position (and cache slot) of the root: the last committed token.
+  ctx = Context(seq=s.seq, total=s.total, hidden=s.hidden, cache=s.cache, sampling=c.sampling,
+                key=c.key, rows=rows)
+  draft, draft_state = c.drafter.propose(s.draft_state, ctx)
+  shape = (s.seq.shape[0], tree.size)
+  check_returned(c.drafter, "propose", tokens=(draft.tokens, shape), valid=(draft.valid, shape))
+  root = jnp.take_along_axis(s.seq, base[:, None], 1)
+  block = jnp.concatenate([root, draft.tokens], axis=1)
+  block_positions = base[:, None] + jnp.asarray(tree.depths)[None, :]
+  tree_mask = None if tree.is_chain else jnp.asarray(tree.ancestor_mask)[None]
+  h, hidden, cache = decode_hidden(c.params, embed(c.params, block), block_positions, s.cache,
+                                   config=c.config, tree=tree_mask, hidden_layers=c.layers)
+  verdict = c.verifier(draft, unembed(c.params, h, c.config), tree, c.sampling, c.key, rows, base)
+  return draft, verdict, hidden, cache, draft_state
+
+
+def _emit(c: _Step, s: _SpecState, draft, verdict: Verdict):
+  """The tokens this step commits: the accepted path then the next token, cut at the budget and
+  after a stop token. Returns (emitted i32[B, D + 1], count i32[B], hit_stop bool[B])."""
+  batch = draft.tokens.shape[0]
+  num = verdict.num_accepted
+  j = jnp.arange(verdict.path.shape[1] + 1, dtype=jnp.int32)[None, :]
+  path_tokens = jnp.take_along_axis(draft.tokens, jnp.maximum(verdict.path - 1, 0), 1)
+  path_tokens = jnp.concatenate([path_tokens, jnp.zeros((batch, 1), jnp.int32)], axis=1)
+  emitted = jnp.where(j < num[:, None], path_tokens, verdict.next_token[:, None])
+  is_stop = jnp.isin(emitted, c.stop_tokens) & (j <= num[:, None])
+  first_stop = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), j.shape[1])
+  room = c.budget - (s.total - c.prompt_lengths)
+  count = jnp.minimum(jnp.minimum(num + 1, room), first_stop + 1)
+  count = jnp.where(~s.done, count, 0)
+  hit_stop = jnp.any(is_stop & (j < count[:, None]), axis=1)
+  return emitted, count, hit_stop
+
+
+def _step(c: _Step, s: _SpecState) -> _SpecState:
+  rows = jnp.arange(s.seq.shape[0], dtype=jnp.int32)
+  capacity = s.seq.shape[1]
+  active = ~s.done
+  base = s.total - 1
+  draft, verdict, block_hidden, cache, draft_state = _verify(c, s, rows)
+  emitted, count, hit_stop = _emit(c, s, draft, verdict)
+  j = jnp.arange(emitted.shape[1], dtype=jnp.int32)[None, :]
+  write = j < count[:, None]
+  seq = s.seq.at[rows[:, None], jnp.where(write, s.total[:, None] + j, capacity)].set(
+      emitted, mode="drop")
+  total = s.total + count
+  cache = compact_path(cache, base, verdict.path, c.drafter.tree)
+  cache = cache.with_length(jnp.where(active, total - 1, s.cache.length))
+  hidden = s.hidden
+  if hidden is not None:  # Hidden states of the root and the accepted path, at their positions.
+    nodes = jnp.concatenate([jnp.zeros_like(verdict.path[:, :1]), verdict.path], axis=1)
+    picked = jnp.take_along_axis(block_hidden, nodes[None, :, :, None], 2)
+    hidden = hidden.at[:, rows[:, None], jnp.where(write, base[:, None] + j, capacity)].set(
+        picked, mode="drop")
+  done = s.done | (active & (hit_stop | (total - c.prompt_lengths >= c.budget)))
+  committed = jnp.minimum(verdict.num_accepted, count)  # Drafts that made it into the output.
+  feedback = Feedback(draft=draft, verdict=verdict, count=count, total=total, active=active)
+  return _SpecState(
+      cache=cache, draft_state=c.drafter.update(draft_state, feedback), seq=seq, total=total,
+      done=done, hidden=hidden, target_forwards=s.target_forwards + active.astype(jnp.int32),
+      accepted=s.accepted.at[:, s.step].set(jnp.where(active, committed, -1), mode="drop"),
+      step=s.step + 1)
 
 
 def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
                          max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
-                         config: ModelConfig, drafter: Drafter, verifier, buffer_len: int,
-                         sampling: Sampling | None = None, pad_id: int = 0) -> GenerateOutput:
+                         config: ModelConfig, drafter: Drafter, verifier: Verifier, buffer_len: int,
+                         sampling: Sampling | None = None, pad_id: int = 0) -> DecodeOutput:
   """Generate with a drafter and a verifier. Arguments as `jaxdec.ar.generate`, plus:
 
-    drafter: a `Drafter` (DraftModel, PromptLookup, AdaPLD, ...);
-    verifier: Greedy(), Exact(), Truncation(...), Collaborative(...).
+    drafter: a `Drafter` (DraftModel, PromptLookup, AdaPLD, or your own);
+    verifier: a `Verifier`: Greedy(), Exact(), Truncation(...), Collaborative(...).
 
-  Returns GenerateOutput whose stats hold per-row `acceptance_length` (tokens per target
+  Returns DecodeOutput whose stats hold per-row `acceptance_length` (tokens per target
   forward, prefill included), `target_forwards`, `draft_forwards`, `accepted` i32[B, steps]
   (drafts committed at each step, -1 past the row's last step) and `steps`.
   """
   tree = drafter.tree
   batch, width = prompt.shape
+  key = typed_key(key)
   rows = jnp.arange(batch, dtype=jnp.int32)
-  capacity = width + buffer_len + tree.size + 2
-  budget = jnp.minimum(jnp.broadcast_to(jnp.asarray(max_new_tokens, jnp.int32), (batch,)), buffer_len)
+  # A row that is not done has total <= P + budget - 1, so its block (root at total - 1, then N
+  # nodes) ends at slot P + buffer_len + N - 2 at most: capacity P + buffer_len + N - 1 suffices
+  # (done rows keep running the batch's forwards; their writes past the end are dropped).
+  capacity = width + buffer_len + tree.size - 1
+  budget = clamp_budget(max_new_tokens, batch, buffer_len)
+  layers = tuple(drafter.hidden_layers(config))
 
   # Prefill: the target produces the first token, as in plain AR decoding.
   cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
-  positions = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (batch, width))
-  hidden_prompt, _, cache = decode_hidden(params, embed(params, prompt), positions, cache, config=config)
-  last_hidden = jnp.take_along_axis(hidden_prompt, (prompt_lengths - 1)[:, None, None], 1)[:, 0]
-  first = sample_tokens(unembed(params, last_hidden, config), sampling, key, rows, prompt_lengths)
+  logits, cache, prompt_hidden = prefill(params, prompt, prompt_lengths, cache, config=config,
+                                         hidden_layers=layers)
+  first = sample_tokens(logits, sampling, key, rows, prompt_lengths)
   seq = jnp.full((batch, capacity), pad_id, jnp.int32).at[:, :width].set(prompt)
   seq = seq.at[rows, prompt_lengths].set(first)
   hidden = None
-  if drafter.needs_hidden:
-    hidden = jnp.zeros((batch, capacity, config.hidden_size), hidden_prompt.dtype)
-    hidden = hidden.at[:, :width].set(hidden_prompt)
+  if layers:
+    hidden = jnp.zeros((len(layers), batch, capacity, config.hidden_size), prompt_hidden.dtype)
+    hidden = hidden.at[:, :, :width].set(prompt_hidden)
   state = _SpecState(
-      cache=cache.with_length(prompt_lengths),
-      draft_state=drafter.init(prompt, prompt_lengths, capacity),
-      seq=seq, total=prompt_lengths + 1,
-      done=jnp.isin(first, stop_tokens) | (budget <= 1), hidden=hidden,
+      cache=cache, draft_state=drafter.init(prompt, prompt_lengths, capacity), seq=seq,
+      total=prompt_lengths + 1, done=jnp.isin(first, stop_tokens) | (budget <= 1), hidden=hidden,
       target_forwards=jnp.ones((batch,), jnp.int32),
       accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32))
+  setting = _Step(params=params, drafter=drafter, verifier=verifier, sampling=sampling, key=key,
+                  stop_tokens=stop_tokens, prompt_lengths=prompt_lengths, budget=budget,
+                  config=config, layers=layers)
+  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: _step(setting, s), state)
 
-  depths = jnp.asarray(tree.depths)
-  block_mask = None if tree.is_chain else jnp.asarray(tree.ancestor_mask)[None]
-
-  def step(s: _SpecState) -> _SpecState:
-    active = ~s.done
-    base = s.total - 1  # Position (and cache slot) of the root: the last committed token.
-    ctx = Context(seq=s.seq, total=s.total, hidden=s.hidden, sampling=sampling, key=key, rows=rows)
-    draft, draft_state = drafter.propose(s.draft_state, ctx)
-    root = jnp.take_along_axis(s.seq, base[:, None], 1)
-    block = jnp.concatenate([root, draft.tokens], axis=1)
-    block_positions = base[:, None] + depths[None, :]
-    hidden_block, _, cache = decode_hidden(params, embed(params, block), block_positions,
-                                           s.cache, config=config, mask=block_mask)
-    logits = unembed(params, hidden_block, config)
-    verdict = verifier(draft, logits, tree, sampling, key, rows, base)
-
-    # Emit the accepted path then the next token, cut at the budget and after a stop token.
-    num = verdict.num_accepted
-    j = jnp.arange(verdict.path.shape[1] + 1, dtype=jnp.int32)[None, :]
-    path_tokens = jnp.take_along_axis(draft.tokens, jnp.maximum(verdict.path - 1, 0), 1)
-    path_tokens = jnp.concatenate([path_tokens, jnp.zeros((batch, 1), jnp.int32)], axis=1)
-    emitted = jnp.where(j < num[:, None], path_tokens, verdict.next_token[:, None])
-    is_stop = jnp.isin(emitted, stop_tokens) & (j <= num[:, None])
-    first_stop = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), j.shape[1])
-    room = budget - (s.total - prompt_lengths)
-    count = jnp.minimum(jnp.minimum(num + 1, room), first_stop + 1)
-    count = jnp.where(active, count, 0)
-    write = j < count[:, None]
-    slots = jnp.where(write, s.total[:, None] + j, capacity)  # capacity = dropped.
-    seq = s.seq.at[rows[:, None], slots].set(emitted, mode="drop")
-
-    cache = compact_path(cache, base, verdict.path, tree)
-    total = s.total + count
-    cache = cache.with_length(jnp.where(active, total - 1, s.cache.length))
-    hidden = s.hidden
-    if hidden is not None:  # Hidden states of the root and the accepted path, at their positions.
-      nodes = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), verdict.path], axis=1)
-      picked = jnp.take_along_axis(hidden_block, nodes[..., None], 1)
-      hidden_slots = jnp.where(j < count[:, None], base[:, None] + j, capacity)
-      hidden = hidden.at[rows[:, None], hidden_slots].set(picked, mode="drop")
-    hit_stop = jnp.any(is_stop & write, axis=1)
-    done = s.done | (active & (hit_stop | (total - prompt_lengths >= budget)))
-    committed = jnp.minimum(num, count)  # Drafts that made it into the output.
-    accepted = s.accepted.at[:, s.step].set(jnp.where(active, committed, -1), mode="drop")
-    return _SpecState(cache=cache, draft_state=draft_state, seq=seq, total=total, done=done,
-                      hidden=hidden, target_forwards=s.target_forwards + active.astype(jnp.int32),
-                      accepted=accepted, step=s.step + 1)
-
-  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
   lengths = state.total - prompt_lengths
-  offsets = prompt_lengths[:, None] + jnp.arange(buffer_len, dtype=jnp.int32)[None, :]
+  offsets = positions(batch, buffer_len, prompt_lengths)
   tokens = jnp.take_along_axis(state.seq, jnp.minimum(offsets, capacity - 1), 1)
   tokens = jnp.where(jnp.arange(buffer_len)[None, :] < lengths[:, None], tokens, pad_id)
-  draft_steps = state.target_forwards - 1
   stats = {
       "acceptance_length": lengths.astype(jnp.float32) / state.target_forwards.astype(jnp.float32),
       "target_forwards": state.target_forwards,
-      "draft_forwards": draft_steps * drafter.forwards,
+      "draft_forwards": (state.target_forwards - 1) * drafter.forwards,
       "accepted": state.accepted,
       "nfe": state.target_forwards,
       "steps": state.step,
   }
-  return GenerateOutput(tokens=tokens, lengths=lengths, stats=stats)
+  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats)

@@ -1,8 +1,10 @@
 """Verifiers: given the drafts and the target's logits over [root, drafts], decide how many drafts
 to accept (a root-to-node path of the draft tree) and the next token.
 
-All verifiers share one call signature and are pytrees: their hyper-parameters (top-k, top-p,
-mixture weight, overshoot cap) are traced arrays, so sweeping them does not recompile.
+All verifiers implement `Verifier`: one call signature, and a `check(tree, sampling)` the API
+runs on the host, so a bad combination fails when the call is made, not at trace time. They are
+pytrees: their hyper-parameters (top-k, top-p, mixture weight, overshoot cap) are traced arrays,
+so sweeping them does not recompile.
 
 `Greedy` and `Exact` are lossless: greedy output equals greedy AR decoding token for token, and
 `Exact` output equals AR sampling in distribution. `Truncation` and `Collaborative` are lossy:
@@ -12,15 +14,19 @@ the target distribution for longer acceptances.
 
 from __future__ import annotations
 
+import abc
+from typing import Protocol
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxdec.sampling import Sampling, token_keys, warp_logits
 from jaxdec.spec.tree import Tree
 
 # Tags that separate the random draws made for one (row, position); sibling s uses _ACCEPT + 8 s.
-_DRAFT, _ACCEPT, _RESIDUAL = 1, 2, 3
+DRAFT_TAG, _ACCEPT, _RESIDUAL = 1, 2, 3
 
 
 @struct.dataclass
@@ -41,6 +47,25 @@ class Verdict:
   num_accepted: jax.Array
   path: jax.Array
   next_token: jax.Array
+
+
+class Verifier(Protocol):
+  """Decides, from the drafts and the target's logits f32[B, N + 1, V] over [root, drafts], how
+  many drafts to accept and the next token."""
+
+  def check(self, tree: Tree, sampling: Sampling | None) -> None:
+    """Raise ValueError if this verifier cannot verify `tree` under `sampling` (None = greedy)."""
+
+  @abc.abstractmethod
+  def __call__(self, draft: Draft, logits: jax.Array, tree: Tree, sampling: Sampling | None,
+               key: jax.Array | None, rows: jax.Array, base: jax.Array) -> Verdict:
+    """`base` i32[B] is the position of the root (the last committed token)."""
+
+
+def _in_range(name: str, value, low: float, high: float) -> None:
+  array = np.asarray(value, np.float64)
+  if not np.isfinite(array).all() or (array < low).any() or (array > high).any():
+    raise ValueError(f"{name} must be in [{low}, {high}], got {array.tolist()}")
 
 
 def target_probs(logits: jax.Array, sampling: Sampling | None) -> jax.Array:
@@ -98,7 +123,14 @@ def _parent_values(values: jax.Array, tree: Tree) -> jax.Array:
 
 @struct.dataclass
 class Greedy:
-  """Accept a draft iff it is the target's argmax after its parent; next = argmax at the end."""
+  """Accept a draft iff it is the target's argmax after its parent; next = argmax at the end.
+  Greedy decoding only: with sampling settings it would emit argmax tokens the user did not ask
+  for, so `check` refuses them (use `Exact()`)."""
+
+  def check(self, tree: Tree, sampling) -> None:
+    if sampling is not None:
+      raise ValueError("Greedy() verification decodes greedily but sampling settings were given; "
+                       "use Exact() (lossless in distribution) or drop sampling=")
 
   def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
     del sampling, key, rows, base
@@ -117,6 +149,9 @@ class Exact:
   accepting child c with probability r(c) / sum(r) where r starts as p and each rejected
   sibling is zeroed; with no child accepted, sample from r.
   """
+
+  def check(self, tree: Tree, sampling) -> None:
+    pass
 
   def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
     p = target_probs(logits, sampling)  # [B, N + 1, V]
@@ -188,6 +223,10 @@ class Truncation:
   top_k: jax.Array = struct.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
   top_p: jax.Array = struct.field(default_factory=lambda: jnp.asarray(1.0, jnp.float32))
 
+  def check(self, tree: Tree, sampling) -> None:
+    _in_range("Truncation.top_k", self.top_k, 0, np.inf)
+    _in_range("Truncation.top_p", self.top_p, 1e-30, 1.0)
+
   def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
     batch, width, vocab = logits.shape
     support = Sampling(temperature=jnp.ones((batch * width,), jnp.float32),
@@ -216,9 +255,14 @@ class Collaborative:
   weight: jax.Array = struct.field(default_factory=lambda: jnp.asarray(0.5, jnp.float32))
   max_overshoot: jax.Array = struct.field(default_factory=lambda: jnp.asarray(2.0, jnp.float32))
 
-  def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
+  def check(self, tree: Tree, sampling) -> None:
     if not tree.is_chain:
-      raise ValueError("Collaborative verification needs a chain topology")
+      raise ValueError(f"Collaborative verification needs a chain drafter, got a tree of "
+                       f"{tree.size} nodes")
+    _in_range("Collaborative.weight", self.weight, 0.0, 1.0)
+    _in_range("Collaborative.max_overshoot", self.max_overshoot, 1.0, np.inf)
+
+  def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
     p = target_probs(logits, sampling)
     q = draft.probs
     if q is None:

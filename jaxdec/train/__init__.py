@@ -1,1 +1,2 @@
-"""Training: the corpus, the tokenizer, objectives and the NNX + optax trainer."""
+"""Training: the corpus, the tokenizer, objectives, trainable parts (`trainable.Trainable`: whole
+models, heads and drafters over a frozen target) and the NNX + optax trainer."""

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdec.train.corpus import cache_dir, sample_windows
+from jaxdec.sampling import Sampling
+from jaxdec.corpus import cache_dir, sample_windows
 
 
 @struct.dataclass
@@ -48,9 +49,9 @@ class TeacherSamples:
 
   def build(self, stream: np.ndarray, progress: bool = True) -> np.ndarray:
     """i32[count, prompt_len + gen_len], from the disk cache when present."""
-    from jaxdec import api
+    from jaxdec import api, io
 
-    model = api.load(self.teacher, dtype=jnp.float32)
+    model = io.load(self.teacher, dtype=jnp.float32)
     if self.seq_len > (limit := model.config.max_position_embeddings):
       raise ValueError(f"prompt_len + gen_len = {self.seq_len} exceeds the teacher's "
                        f"{limit} positions")
@@ -63,7 +64,7 @@ class TeacherSamples:
       return np.load(cached)
     from tqdm.auto import tqdm
 
-    sampling = api.Sampling.create(temperature=self.temperature)
+    sampling = Sampling.create(temperature=self.temperature)
     rows = []
     for i in tqdm(range(-(-self.count // self.batch_size)), desc="teacher samples", disable=not progress):
       prompts = sample_windows(stream, self.batch_size, self.prompt_len, self.seed, i)

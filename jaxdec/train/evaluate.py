@@ -11,8 +11,24 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxdec.decoding import positions
 from jaxdec.model import Model, ModelConfig, forward
 from jaxdec.train.objectives import MaskedDiffusion
+
+DEFAULT_WINDOW = 512  # Tokens per window when nothing records the model's training window.
+
+
+def eval_window(path: str, config: ModelConfig) -> int:
+  """The window `jaxdec eval` uses for the model at `path`: the seq_len of the recipe it was
+  trained and evaluated with (its zoo.json metadata), so figures match the recorded ones; else
+  min(max_position_embeddings, 512)."""
+  from jaxdec import io, zoo
+
+  recipe = zoo.metadata(io.resolve(path)).get("recipe", {})
+  window = recipe.get("seq_len")
+  if isinstance(window, int) and 2 <= window <= config.max_position_embeddings:
+    return window
+  return min(config.max_position_embeddings, DEFAULT_WINDOW)
 
 
 def _windows(docs: list[np.ndarray], length: int, overlap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,9 +51,8 @@ def _windows(docs: list[np.ndarray], length: int, overlap: int) -> tuple[np.ndar
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def _ar_nll(params, tokens, valid, *, config: ModelConfig):
-  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1] - 1, dtype=jnp.int32),
-                               (tokens.shape[0], tokens.shape[1] - 1))
-  logits, _, _ = forward(params, tokens[:, :-1], positions, config=config)
+  inputs = tokens[:, :-1]
+  logits, _, _ = forward(params, inputs, positions(*inputs.shape), config=config)
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
   return jnp.sum(jnp.where(valid[:, 1:], nll, 0.0))
 
@@ -50,8 +65,7 @@ def _dlm_nll(params, tokens, valid, key, t, *, config: ModelConfig):
                                             jnp.full((tokens.shape[0],), t))
   masked &= valid
   noisy = jnp.where(masked, config.mask_token_id, tokens)
-  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-  logits, _, _ = forward(params, noisy, positions, config=config)
+  logits, _, _ = forward(params, noisy, positions(*noisy.shape), config=config)
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
   return jnp.sum(jnp.where(masked, nll, 0.0) / p_mask[:, None])
 
@@ -64,10 +78,14 @@ def bits_per_byte(model: Model, tokenizer, texts: list[str], seq_len: int = 256,
   with up to `seq_len - 1` tokens of context. Bidirectional: non-overlapping windows, the ELBO
   estimated at `diffusion_levels` stratified masking ratios (a fixed-seed Monte Carlo bound).
   """
-  docs = [np.asarray([tokenizer.bos_id] + tokenizer.encode(t), np.int32) for t in texts]
+  if not texts:
+    raise ValueError("bits_per_byte needs at least one text, got none")
+  if tokenizer.bos_id is None:
+    raise ValueError("bits_per_byte scores documents as [BOS] text: the tokenizer has no BOS")
+  docs = [np.asarray(tokenizer.encode(t), np.int32) for t in texts]  # [BOS] + the text's tokens.
   n_bytes = sum(len(t.encode("utf-8")) for t in texts)
   n_tokens = sum(len(d) - 1 for d in docs)
-  causal = model.config.causal
+  causal = model.config.is_causal
   tokens, valid = _windows(docs, seq_len, overlap=1 if causal else 0)
   pad = (-len(tokens)) % batch
   tokens = np.concatenate([tokens, np.zeros((pad, seq_len), np.int32)])

@@ -1,9 +1,11 @@
 """Training objectives: pluggable pytree dataclasses with one `loss` signature.
 
-`loss(params, tokens, key, config) -> (scalar loss, metrics)`, where tokens is i32[B, L] and
-`key` drives any corruption (a pure function of the step, so resumed runs are exact).
-`prepare()` returns the objective ready to run (a teacher loaded, say); settings are static
-fields, so an objective is a jit argument.
+`loss(params, tokens, key, *, part, target) -> (scalar loss, metrics)`: `params` are the
+trainable part's (the only thing differentiated), tokens is i32[B, L], `key` drives any
+corruption (a pure function of the step, so resumed runs are exact), `part` is the static
+`Trainable` (see `jaxdec.train.trainable`) and `target` the frozen target Model or None. Settings
+are static fields, so an objective is a jit argument. The objectives here train a whole decoder
+(`FullModel`): they read `part.config`.
 """
 
 from __future__ import annotations
@@ -14,22 +16,21 @@ import optax
 
 from flax import struct
 
-from jaxdec.model import Model, ModelConfig, forward
+from jaxdec.decoding import positions
+from jaxdec.model import ModelConfig, forward
 
 
 def _positions(tokens: jax.Array) -> jax.Array:
-  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+  return positions(*tokens.shape)
 
 
 @struct.dataclass
 class NextToken:
   """Autoregressive cross-entropy: position i predicts token i + 1 (mean nats per token)."""
 
-  def prepare(self) -> "NextToken":
-    return self
-
-  def loss(self, params, tokens, key, config: ModelConfig):
-    del key
+  def loss(self, params, tokens, key, *, part, target=None):
+    del key, target
+    config = part.config
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     logits, _, _ = forward(params, inputs, _positions(inputs), config=config)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
@@ -58,9 +59,6 @@ class MaskedDiffusion:
   # 1.5 tokens per forward at threshold 0.9 (from 1.1) but greedy output that loops.
   certainty_weight: float = struct.field(pytree_node=False, default=0.0)
 
-  def prepare(self) -> "MaskedDiffusion":
-    return self
-
   def corrupt(self, tokens, key, mask_id: int, t=None):
     """(noisy tokens, masked bool[B, L], p_mask f32[B]); `t` f32[B] overrides the random ratio."""
     t_key, m_key, p_key, l_key = jax.random.split(key, 4)
@@ -78,16 +76,17 @@ class MaskedDiffusion:
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None):
     """(f32[B]: sum over masked positions of CE / p_mask per sequence, masked, logits)."""
-    if config.mask_token_id is None or config.causal:
+    if config.mask_token_id is None or config.is_causal:
       raise ValueError("masked diffusion needs a bidirectional config with mask_token_id set, got "
-                       f"causal={config.causal}, mask_token_id={config.mask_token_id}")
+                       f"causal={config.is_causal}, mask_token_id={config.mask_token_id}")
     noisy, masked, p_mask = self.corrupt(tokens, key, config.mask_token_id, t)
     logits, _, _ = forward(params, noisy, _positions(noisy), config=config)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll, 0.0), axis=1) / p_mask, masked, logits
 
-  def loss(self, params, tokens, key, config: ModelConfig):
-    per_seq, masked, logits = self.weighted_nll(params, tokens, key, config)
+  def loss(self, params, tokens, key, *, part, target=None):
+    del target
+    per_seq, masked, logits = self.weighted_nll(params, tokens, key, part.config)
     loss = jnp.sum(per_seq) / tokens.size
     metrics = {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
     if self.certainty_weight:
@@ -102,30 +101,23 @@ class MaskedDiffusion:
 
 @struct.dataclass
 class Distill:
-  """Distillation of an AR teacher into a (draft) student: KL(teacher || student) between their
-  next-token distributions at temperature T (DistillSpec). A draft trained this way agrees
-  with its target more often than one trained on the data alone, which is what speculative
-  decoding rewards. `teacher` is a model path ('zoo:...' or a directory)."""
+  """Distillation of the frozen AR target (the teacher, `TrainConfig.target`) into a (draft)
+  student: KL(teacher || student) between their next-token distributions at temperature T
+  (DistillSpec). A draft trained this way agrees with its target more often than one trained on
+  the data alone, which is what speculative decoding rewards."""
 
-  teacher: str = struct.field(pytree_node=False, default="zoo:pycode-ar")
   temperature: float = struct.field(pytree_node=False, default=1.0)
-  teacher_model: Model | None = None  # Loaded by prepare().
 
-  def prepare(self) -> "Distill":
-    from jaxdec import io
-
-    return self.replace(teacher_model=io.load(self.teacher, dtype=jnp.float32))
-
-  def loss(self, params, tokens, key, config: ModelConfig):
+  def loss(self, params, tokens, key, *, part, target=None):
     del key
-    teacher = self.teacher_model
-    if teacher is None:
-      raise ValueError("Distill.loss needs prepare() to load the teacher first")
-    if teacher.config.vocab_size != config.vocab_size:
-      raise ValueError(f"teacher vocabulary {teacher.config.vocab_size} != student {config.vocab_size}")
+    config = part.config
+    if target is None:
+      raise ValueError("Distill needs a frozen teacher: set TrainConfig.target to its path")
+    if target.config.vocab_size != config.vocab_size:
+      raise ValueError(f"teacher vocabulary {target.config.vocab_size} != student {config.vocab_size}")
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     student, _, _ = forward(params, inputs, _positions(inputs), config=config)
-    target_logits, _, _ = forward(teacher.params, inputs, _positions(inputs), config=teacher.config)
+    target_logits, _, _ = forward(target.params, inputs, _positions(inputs), config=target.config)
     t = self.temperature
     teacher_logp = jax.nn.log_softmax(jax.lax.stop_gradient(target_logits) / t, axis=-1)
     student_logp = jax.nn.log_softmax(student / t, axis=-1)

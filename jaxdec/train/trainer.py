@@ -1,5 +1,6 @@
-"""Training loop: a Flax NNX module around the one pure decoder, optax AdamW with warm-up + cosine,
-windows streamed from the tokenized corpus, orbax CheckpointManager checkpoints, exact resume.
+"""Training loop for any `Trainable` part (a whole decoder, a drafter head over a frozen target,
+a student): its params as a Flax NNX module, optax AdamW with warm-up + cosine, windows streamed
+from the tokenized corpus, orbax CheckpointManager checkpoints, exact resume.
 
 Every source of randomness is a pure function of (seed, step): the batch (`sample_windows`) and
 the objective's corruption key. Restoring (params, optimizer state, step) therefore continues a
@@ -22,18 +23,25 @@ import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from jaxdec.model import Model, ModelConfig, check_params, forward, init_params
-from jaxdec.train.corpus import sample_windows
+from jaxdec.model import Model, ModelConfig
+from jaxdec.corpus import sample_windows
 from jaxdec.train.objectives import NextToken
+from jaxdec.train.trainable import FullModel, Trainable
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """One training recipe. Configs under configs/zoo/ return these from `get_config()`."""
+  """One training recipe. Configs under jaxdec/configs/zoo/ return these from `get_config()`.
+
+  What trains is `part` (a `Trainable`) or, when it is None, the whole decoder `model` from
+  `init_std` / `init_from` (`FullModel`). `target` names a frozen model ('zoo:...' or a dir) the
+  objective reads: the teacher of `Distill`, the model under a drafter head. Values are checked
+  here, before any data is loaded.
+  """
 
   name: str
-  model: ModelConfig
-  objective: Any = NextToken()  # NextToken() | MaskedDiffusion() | Distill(teacher)
+  model: ModelConfig | None = None
+  objective: Any = NextToken()  # NextToken() | MaskedDiffusion() | Distill() | your own.
   data: Any = None  # None: stdlib train windows; TeacherSamples(...): a teacher's continuations.
   steps: int = 1000
   batch_size: int = 16
@@ -52,25 +60,55 @@ class TrainConfig:
   eval_windows: int = 32
   checkpoint_every: int = 100
   export_dtype: str = "float16"  # Shipping dtype (fp16 keeps 3 more mantissa bits than bf16).
+  part: Any = None  # A Trainable; None: FullModel(model, init_std, init_from).
+  target: str | None = None  # The frozen target model's path, or None.
+
+  def __post_init__(self):
+    if (self.model is None) == (self.part is None):
+      raise ValueError(f"TrainConfig {self.name!r}: give exactly one of model (a whole decoder) "
+                       f"and part (a Trainable), got model={self.model!r}, part={self.part!r}")
+    if self.part is not None and not isinstance(self.part, Trainable):
+      raise TypeError(f"TrainConfig.part must implement Trainable (init, describe, check), got "
+                      f"{type(self.part).__name__}")
+    positive = {"steps": 1, "batch_size": 1, "seq_len": 2, "eval_every": 1, "eval_windows": 1,
+                "checkpoint_every": 1}
+    for field, least in positive.items():
+      value = getattr(self, field)
+      if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"TrainConfig.{field} must be an int >= {least}, got {value!r}")
+    if not 0 <= self.warmup_steps < self.steps:
+      raise ValueError(f"TrainConfig.warmup_steps must be in [0, steps), got warmup_steps="
+                       f"{self.warmup_steps} with steps={self.steps}")
+    for field in ("learning_rate", "grad_clip"):
+      if not getattr(self, field) > 0:
+        raise ValueError(f"TrainConfig.{field} must be positive, got {getattr(self, field)!r}")
+    if not 0 <= self.final_lr_fraction <= 1:
+      raise ValueError(f"TrainConfig.final_lr_fraction must be in [0, 1], got {self.final_lr_fraction!r}")
+    if not self.weight_decay >= 0:
+      raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+    rows = getattr(self.data, "seq_len", self.seq_len)
+    if rows != self.seq_len:
+      raise ValueError(f"TrainConfig.data rows have {rows} tokens but seq_len is {self.seq_len}")
+    if self.model is not None and self.seq_len > self.model.max_position_embeddings:
+      raise ValueError(f"TrainConfig.seq_len={self.seq_len} exceeds the model's "
+                       f"max_position_embeddings={self.model.max_position_embeddings}")
+
+  @property
+  def trainable(self) -> Trainable:
+    """The part this recipe trains."""
+    return self.part if self.part is not None else FullModel(self.model, self.init_std, self.init_from)
 
 
-class DecoderLM(nnx.Module):
-  """The params pytree as nnx.Params around `jaxdec.model.forward`: one decoder implementation
-  serves training and inference."""
+class TrainedParams(nnx.Module):
+  """The trainable part's params pytree as nnx.Params (the only state the optimizer sees); the
+  part itself is static."""
 
-  def __init__(self, config: ModelConfig, params: dict):
-    self.config = config
+  def __init__(self, part: Trainable, params):
+    self.part = part
     self.weights = nnx.data(jax.tree.map(nnx.Param, params))
 
-  def params(self) -> dict:
+  def params(self):
     return jax.tree.map(lambda v: v[...], self.weights, is_leaf=lambda v: isinstance(v, nnx.Variable))
-
-  def __call__(self, tokens: jax.Array) -> jax.Array:
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-    return forward(self.params(), tokens, positions, config=self.config)[0]
-
-  def to_model(self) -> Model:
-    return Model(config=self.config, params=self.params())
 
 
 def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
@@ -92,60 +130,108 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
                   mask=lambda params: jax.tree_util.tree_map_with_path(_decays, params)))
 
 
-def _initial_params(cfg: TrainConfig) -> dict:
-  if cfg.init_from is None:
-    return init_params(cfg.model, jax.random.key(cfg.seed), std=cfg.init_std)
-  from jaxdec import io
-
-  params = io.load(cfg.init_from, dtype=jnp.float32).params
-  check_params(params, cfg.model)  # Same shapes; causal / mask-token settings may differ.
-  return params
+def _loss_fn(module: TrainedParams, tokens, key, objective, target):
+  return objective.loss(module.params(), tokens, key, part=module.part, target=target)
 
 
-def _loss_fn(module: DecoderLM, tokens, key, objective):
-  return objective.loss(module.params(), tokens, key, module.config)
+def _frozen(target: Model | None) -> Model | None:
+  """The target as a constant: no gradient can flow into it."""
+  return None if target is None else jax.lax.stop_gradient(target)
 
 
 @nnx.jit
-def train_step(module: DecoderLM, optimizer: nnx.Optimizer, tokens, key, objective):
-  (loss, metrics), grads = nnx.value_and_grad(_loss_fn, has_aux=True)(module, tokens, key, objective)
+def train_step(module: TrainedParams, optimizer: nnx.Optimizer, tokens, key, objective, target):
+  (loss, metrics), grads = nnx.value_and_grad(_loss_fn, has_aux=True)(
+      module, tokens, key, objective, _frozen(target))
   optimizer.update(module, grads)
   return loss, metrics
 
 
 @nnx.jit
-def eval_step(module: DecoderLM, tokens, key, objective):
-  return objective.loss(module.params(), tokens, key, module.config)[0]
+def eval_step(module: TrainedParams, tokens, key, objective, target):
+  return _loss_fn(module, tokens, key, objective, _frozen(target))[0]
 
 
 def step_key(seed: int, step: int) -> jax.Array:
   return jax.random.fold_in(jax.random.key(seed), step)
 
 
-class Trainer:
-  """Owns the module, optimizer and checkpoints of one run in `workdir`."""
+def _shapes(tree) -> dict[str, tuple]:
+  """'a/b/0' -> shape for every leaf (stored checkpoints spell integer keys as strings)."""
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  name = lambda k: str(getattr(k, "key", getattr(k, "idx", k)))
+  return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
 
-  def __init__(self, cfg: TrainConfig, workdir: str):
+
+def _differences(saved, current, path: str = "") -> list[str]:
+  """'path: saved -> current' wherever both fingerprints record a value and it differs (a field
+  only one side has, from another jaxdec version, is no difference: the shapes check remains)."""
+  if isinstance(saved, dict) and isinstance(current, dict):
+    return [d for k in sorted(saved.keys() & current.keys())
+            for d in _differences(saved[k], current[k], f"{path}.{k}" if path else k)]
+  short = lambda v: (r if len(r := repr(v)) <= 60 else r[:57] + "...")
+  return [] if saved == current else [f"{path}: {short(saved)} -> {short(current)}"]
+
+
+class Trainer:
+  """Owns the trainable params, optimizer and checkpoints of one run in `workdir`.
+
+  `target` (a Model) is the frozen target; by default `cfg.target` is loaded (float32). It is
+  passed to the objective under stop_gradient and is never optimised or checkpointed.
+  """
+
+  def __init__(self, cfg: TrainConfig, workdir: str, target: Model | None = None):
     self.cfg = cfg
     self.workdir = os.path.abspath(workdir)
-    self.module = DecoderLM(cfg.model, _initial_params(cfg))
-    self.objective = cfg.objective.prepare()
+    if target is None and cfg.target is not None:
+      from jaxdec import io
+
+      target = io.load(cfg.target, dtype=jnp.float32)
+    if target is not None and not isinstance(target, Model):
+      raise TypeError(f"target must be a jaxdec Model, got {type(target).__name__}")
+    self.part = cfg.trainable
+    self.part.check(target)
+    self.target = target
+    self.module = TrainedParams(self.part, self.part.init(jax.random.key(cfg.seed), target))
+    self.objective = cfg.objective
     self.optimizer = nnx.Optimizer(self.module, make_optimizer(cfg), wrt=nnx.Param)
     self.step = 0
     self.manager = ocp.CheckpointManager(
         os.path.join(self.workdir, "checkpoints"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
-    self._restore()
+        options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
+        item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
+    try:
+      self._restore()
+    except ValueError:
+      self.manager.close()
+      raise
+
+  def fingerprint(self) -> dict:
+    """What a checkpoint's params mean: the part's description and the target's config."""
+    target = None if self.target is None else self.target.config.to_dict()
+    return json.loads(json.dumps({"part": self.part.describe(), "target": target}, default=str))
 
   def _state(self) -> dict:
     return {"model": nnx.to_pure_dict(nnx.state(self.module)),
             "optimizer": nnx.to_pure_dict(nnx.state(self.optimizer))}
 
+  def _another_run(self, what: str) -> ValueError:
+    return ValueError(f"workdir {self.workdir} holds another model's run ({what}); use a new "
+                      f"--workdir (or delete that one)")
+
   def _restore(self) -> None:
     latest = self.manager.latest_step()
     if latest is None:
       return
+    meta = self.manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    changed = _differences(meta.get("fingerprint", {}), self.fingerprint())
+    if changed:
+      raise self._another_run("checkpoint -> this run: " + "; ".join(changed[:4]))
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())
+    # Checkpoints from before fingerprints: compare the stored tree and shapes before orbax does.
+    if _shapes(self.manager.item_metadata(latest)["state"]) != _shapes(abstract):
+      raise self._another_run(f"its checkpoints hold a model named {meta.get('name')!r} with "
+                              f"other parameter shapes")
     restored = self.manager.restore(latest, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     for obj, key in ((self.module, "model"), (self.optimizer, "optimizer")):
@@ -155,15 +241,21 @@ class Trainer:
     self.step = int(restored["meta"]["step"])
 
   def save(self) -> None:
+    meta = {"step": self.step, "name": self.cfg.name, "fingerprint": self.fingerprint()}
     self.manager.save(self.step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(self._state()),
-        meta=ocp.args.JsonSave({"step": self.step, "name": self.cfg.name})), force=True)
+        state=ocp.args.StandardSave(self._state()), meta=ocp.args.JsonSave(meta)), force=True)
     self.manager.wait_until_finished()
+
+  def to_model(self) -> Model:
+    """The trained decoder as a Model (for parts that are whole decoders)."""
+    if not hasattr(self.part, "to_model"):
+      raise TypeError(f"{type(self.part).__name__} is not a whole model (it has no to_model)")
+    return self.part.to_model(self.module.params())
 
   def evaluate(self, windows: np.ndarray) -> float:
     """Mean objective on fixed windows (fixed corruption key, so values are comparable)."""
     losses = [float(eval_step(self.module, jnp.asarray(windows[i:i + self.cfg.batch_size]),
-                              step_key(self.cfg.seed + 1, i), self.objective))
+                              step_key(self.cfg.seed + 1, i), self.objective, self.target))
               for i in range(0, len(windows), self.cfg.batch_size)]
     return float(np.mean(losses))
 
@@ -182,7 +274,7 @@ class Trainer:
       t0 = time.perf_counter()
       batch = sample_windows(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
       loss, _ = train_step(self.module, self.optimizer, jnp.asarray(batch),
-                           step_key(cfg.seed, self.step), self.objective)
+                           step_key(cfg.seed, self.step), self.objective, self.target)
       loss = float(loss)
       if not math.isfinite(loss):
         raise FloatingPointError(f"loss became {loss} at step {self.step}")

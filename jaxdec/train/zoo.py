@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxdec.convert import export_hf
 from jaxdec.model import Model
 from jaxdec.tokenizer import Tokenizer
-from jaxdec.train import corpus
+from jaxdec import corpus
 from jaxdec.train.evaluate import bits_per_byte
 from jaxdec.train.tokenizer import train_bpe
 from jaxdec.train.trainer import TrainConfig, Trainer
@@ -36,9 +36,14 @@ def zoo_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> Tokenizer:
 
 
 def _recipe(cfg: TrainConfig) -> dict:
-  recipe = dataclasses.asdict(cfg)
-  settings = {k: v for k, v in dataclasses.asdict(cfg.objective).items() if k != "teacher_model"}
-  recipe["objective"] = {"name": type(cfg.objective).__name__, **settings}
+  """The recipe as JSON: every setting, the model config as `ModelConfig.to_dict` spells it."""
+  recipe = {k: v for k, v in dataclasses.asdict(cfg).items()
+            if not (k in ("part", "target") and v is None)}
+  if cfg.model is not None:
+    recipe["model"] = cfg.model.to_dict()
+  if cfg.part is not None:
+    recipe["part"] = cfg.part.describe()
+  recipe["objective"] = {"name": type(cfg.objective).__name__, **dataclasses.asdict(cfg.objective)}
   if cfg.data is not None:
     recipe["data"] = {"name": type(cfg.data).__name__, **dataclasses.asdict(cfg.data)}
   return recipe
@@ -46,23 +51,26 @@ def _recipe(cfg: TrainConfig) -> dict:
 
 def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
                      third_party_dir: str | None = None, progress: bool = True) -> dict:
-  """Train `cfg` in `workdir` (resuming if it holds checkpoints), evaluate, and export it as an
-  HF directory with tokenizer.json and zoo.json metadata. Returns the metadata."""
+  """Train `cfg` in `workdir` (resuming if it holds checkpoints), evaluate, and, when
+  `export_dir` is given, export it there as an HF directory with tokenizer.json and zoo.json
+  metadata. Nothing is written anywhere else (never into the installed package unless
+  `export_dir` says so). Returns the metadata."""
+  if not hasattr(cfg.trainable, "to_model"):
+    raise ValueError(f"train_and_export trains and exports whole models; {cfg.name!r} trains a "
+                     f"{type(cfg.trainable).__name__} (use Trainer directly)")
+  trainer = Trainer(cfg, workdir)  # First: a workdir of another model fails before data loads.
   tokenizer = zoo_tokenizer()
   stream = corpus.token_stream("train", tokenizer)
   if cfg.data is not None:
-    if cfg.data.seq_len != cfg.seq_len:
-      raise ValueError(f"data rows have {cfg.data.seq_len} tokens but seq_len is {cfg.seq_len}")
     stream = cfg.data.build(stream, progress=progress)
   val_stream = corpus.token_stream("validation", tokenizer)
   val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
-  trainer = Trainer(cfg, workdir)
   start_step, t0 = trainer.step, time.perf_counter()
   trainer.run(stream, val_windows, progress=progress)
   wall = time.perf_counter() - t0
   trainer.close()
   # Evaluate the weights that ship: rounded to the export dtype, computed in fp32.
-  model = _rounded(trainer.module.to_model(), cfg.export_dtype)
+  model = _rounded(trainer.to_model(), cfg.export_dtype)
 
   val_texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
   evals = {"stdlib_validation": bits_per_byte(model, tokenizer, val_texts, seq_len=cfg.seq_len)}
@@ -74,7 +82,7 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   meta = {
       "name": cfg.name, "recipe": _recipe(cfg), "seed": cfg.seed, "steps": trainer.step,
       "tokens_seen": trainer.step * cfg.batch_size * cfg.seq_len,
-      "params": cfg.model.num_params,
+      "params": sum(x.size for x in jax.tree.leaves(model.params)),
       "train_seconds": sum(cfg.batch_size * cfg.seq_len / r["tokens_per_s"] for r in steps_log),
       "this_run_wall_seconds": wall, "resumed_from_step": start_step,
       "final_val_loss": next((r["val_loss"] for r in reversed(steps_log) if "val_loss" in r), None),

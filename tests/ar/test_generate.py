@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 
 import jaxdec
-from jaxdec import api
+from jaxdec import api, decoding
 from tiny import tiny_model
 
 
@@ -145,7 +145,7 @@ def test_temperature_zero_rows_are_greedy(model):
 
 
 def test_usable_inside_a_callers_jit(model):
-  prompt, lengths = api.prepare_prompts(_prompts(11, [3, 5]), None, model.config.vocab_size)
+  prompt, lengths = decoding.prepare_prompts(_prompts(11, [3, 5]), None, model.config.vocab_size)
 
   @jax.jit
   def user_step(params, prompt, lengths):
@@ -168,14 +168,30 @@ def test_usable_inside_a_callers_jit(model):
     (dict(prompts=[[5]], max_new_tokens=0), ValueError, "max_new_tokens must be a positive int"),
     (dict(prompts=[[5.5]]), TypeError, "prompt 0 must be a flat sequence of int"),
     (dict(prompts=[[5]], sampling=jaxdec.Sampling.create(1.0)), ValueError, "sampling needs a PRNG key"),
-    (dict(prompts=[[5]], sampling=jaxdec.Sampling.create(1.0, 0, 0.0), key=jax.random.key(0)),
-     ValueError, "top_p must be in \\(0, 1\\]"),
+    (dict(prompts=[[5]], sampling=jaxdec.Sampling(np.float32(1), np.int32(0), np.float32(0)),
+          key=jax.random.key(0)), ValueError, "top_p must be in \\(0, 1\\]"),
     (dict(prompts=[[5]], stop_tokens=[999]), ValueError, "stop_tokens contains token id 999"),
+    (dict(prompts=[[5]], stop_tokens=2), TypeError, r"stop_tokens must be a sequence .* write \[2\]"),
+    (dict(prompts=[5, 6, 7]), TypeError, r"one flat list of 3 ints; .* wrap it in a list: \[ids\]"),
+    (dict(prompts=[[5]], sampling=jaxdec.Sampling(np.float32("nan"), np.int32(0), np.float32(1)),
+          key=jax.random.key(0)), ValueError, "temperature must be finite"),
+    (dict(prompts=[[5]], key=jax.random.key(0)), ValueError, "a key was given but sampling is None"),
 ])
 def test_bad_input_raises_a_clear_error(model, kwargs, error, message):
   kwargs.setdefault("max_new_tokens", 4)
   with pytest.raises(error, match=message):
     jaxdec.generate(model, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=float("nan")), r"temperature must be finite and >= 0, got \[nan\]|got nan"),
+    (dict(temperature=-0.5), "temperature must be finite and >= 0"),
+    (dict(top_k=-1), "top_k must be >= 0"),
+    (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+])
+def test_sampling_create_checks_its_values(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    jaxdec.Sampling.create(**kwargs)
 
 
 def test_forward_errors(model):
@@ -185,3 +201,24 @@ def test_forward_errors(model):
     jaxdec.forward(model, [[1, 128]])
   with pytest.raises(ValueError, match="sequence length 300 exceeds"):
     jaxdec.forward(model, np.ones((1, 300), np.int32))
+
+
+def test_legacy_uint32_keys_work_like_typed_keys(model):
+  """`jax.random.PRNGKey(0)` (what many JAX codebases pass) is the same key as `key(0)`."""
+  prompts = _prompts(12, [3, 5])
+  sampling = jaxdec.Sampling.create(temperature=1.0)
+  typed = jaxdec.generate(model, prompts, 8, sampling=sampling, key=jax.random.key(3))
+  legacy = jaxdec.generate(model, prompts, 8, sampling=sampling, key=jax.random.PRNGKey(3))
+  np.testing.assert_array_equal(typed.tokens, legacy.tokens)
+  with pytest.raises(TypeError, match="key must be a PRNG key"):
+    jaxdec.generate(model, prompts, 8, sampling=sampling, key=np.zeros(3, np.uint32))
+
+
+def test_masked_diffusion_models_are_refused():
+  from jaxdec.model import Bidirectional
+
+  dlm = tiny_model(attention=Bidirectional(), mask_token_id=5)
+  with pytest.raises(ValueError, match="decode it with jaxdec.diffusion_generate"):
+    jaxdec.generate(dlm, [[7, 8]], 4)
+  with pytest.raises(ValueError, match="decode it with jaxdec.diffusion_generate"):
+    jaxdec.speculative_generate(dlm, [[7, 8]], jaxdec.spec.PromptLookup(2, 2), max_new_tokens=4)

@@ -8,6 +8,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import jaxdec
+from jaxdec.model import Bidirectional
 from jaxdec.model.params import flatten
 from tiny import tiny_model
 
@@ -17,7 +18,7 @@ from tiny import tiny_model
     ("Dream", dict(qkv_bias=True, shifted_logits=True), "model.layers.0.self_attn.q_proj.bias"),
 ])
 def test_export_and_load_roundtrip(tmp_path, arch, overrides, some_tensor):
-  model = tiny_model(architecture=arch, causal=False, mask_token_id=5, **overrides)
+  model = tiny_model(architecture=arch, attention=Bidirectional(), mask_token_id=5, **overrides)
   out = jaxdec.export_hf(model, None, str(tmp_path / arch))
   names = set(load_file(os.path.join(out, "model.safetensors")))
   assert some_tensor in names
@@ -37,7 +38,7 @@ def test_llada_config_allowlist():
          "mask_token_id": 120, "block_type": "llama", "activation_type": "silu", "rope_theta": 5e5,
          "init_fn": "mitchell", "precision": "amp_bf16", "weight_tying": False}
   config = config_from_hf(raw)
-  assert not config.causal and config.mask_token_id == 120 and config.head_dim == 16
+  assert not config.is_causal and config.mask_token_id == 120 and config.head_dim == 16
   with pytest.raises(ValueError, match="unsupported config value block_type='sequential'"):
     config_from_hf(dict(raw, block_type="sequential"))
   with pytest.raises(ValueError, match=r"unhandled config fields for llada: \['new_field'\]"):

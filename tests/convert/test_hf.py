@@ -124,6 +124,68 @@ def test_legacy_config_layout_equals_v5():
   assert a.head_dim == 16 and a.eos_token_ids == (2, 3)
 
 
+_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 64}
+
+
+def test_legacy_rope_scaling_beside_rope_parameters_matches_transformers(tmp_path):
+  """transformers lets a legacy `rope_scaling` override `rope_parameters`; so must jaxdec."""
+  path = _save(make_hf_model("llama3"), tmp_path)
+  with open(os.path.join(path, "config.json")) as f:
+    raw = json.load(f)
+  raw["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+  raw["rope_scaling"] = dict(_LLAMA3)
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(raw, f)
+  hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  assert hf.config.rope_parameters["rope_type"] == "llama3"
+  model = jaxdec.load(path)
+  assert model.config.rope_scaling.kind == "llama3"
+  tokens = np.random.RandomState(4).randint(0, 256, (2, 40))
+  np.testing.assert_allclose(jaxdec.forward(model, tokens), _hf_logits(hf, tokens).logits.numpy(),
+                             atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("rope", [
+    dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rope_scaling=_LLAMA3),
+    dict(rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+         rope_scaling={"type": "linear", "factor": 2.0}),
+    dict(rope_theta=1234.0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+         rope_scaling={"rope_type": "linear", "factor": 2.0}),
+    dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+         rope_scaling={"rope_type": "default"}),
+    dict(rope_parameters={k: v for k, v in _LLAMA3.items() if k != "original_max_position_embeddings"}),
+    dict(rope_theta=77.0, rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
+    dict(rope_theta=77.0, rope_scaling=None),
+])
+def test_rope_fields_are_read_as_transformers_reads_them(rope, tmp_path):
+  raw = _raw_config(**rope)
+  (tmp_path / "config.json").write_text(json.dumps(raw))
+  want = dict(transformers.AutoConfig.from_pretrained(str(tmp_path)).rope_parameters)
+  config = config_from_hf(raw)
+  assert config.rope_theta == want.pop("rope_theta")
+  kind = want.pop("rope_type")
+  want.pop("type", None)
+  if kind == "default":
+    assert config.rope_scaling is None
+  else:
+    assert config.rope_scaling.kind == kind
+    assert {k: getattr(config.rope_scaling, k) for k in want} == want
+
+
+@pytest.mark.parametrize("legacy", [
+    {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64},
+    {"rope_type": "dynamic", "factor": 2.0},
+    {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
+])
+def test_unimplemented_legacy_rope_scaling_raises(legacy):
+  kind = legacy.get("rope_type", legacy.get("type"))
+  raw = _raw_config(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                    rope_scaling=legacy)
+  with pytest.raises(ValueError, match=f"unsupported rope_type '{kind}'"):
+    config_from_hf(raw)
+
+
 def _raw_config(**changes):
   raw = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
          "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256}
@@ -172,8 +234,10 @@ def test_checkpoint_errors_name_the_tensor(edit, message, tmp_path):
     jaxdec.load(_edit_checkpoint(src, tmp_path / "bad", edit))
 
 
-def test_export_roundtrip_through_transformers(tmp_path):
-  hf = make_hf_model("qwen3")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_export_roundtrip_through_transformers(arch, tmp_path):
+  """export_hf's promise for causal models: AutoModelForCausalLM loads it, same logits."""
+  hf = make_hf_model(arch)
   model = jaxdec.load(_save(hf, tmp_path / "src"))
   out = jaxdec.export_hf(model, None, str(tmp_path / "export"))
   reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
@@ -193,3 +257,17 @@ def test_export_of_a_jaxdec_native_model(tmp_path, model):
   tokens = np.random.RandomState(3).randint(0, model.config.vocab_size, (1, 12))
   np.testing.assert_allclose(_hf_logits(hf, tokens).logits.numpy(), jaxdec.forward(model, tokens),
                              atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch, overrides", [("llada", {}),
+                                             ("Dream", dict(qkv_bias=True, shifted_logits=True))])
+def test_diffusion_exports_need_their_remote_code(arch, overrides, tmp_path):
+  """What export_hf documents for llada / Dream: jaxdec reads them, plain transformers cannot."""
+  from jaxdec.model import Bidirectional
+  from tiny import tiny_model
+
+  model = tiny_model(architecture=arch, attention=Bidirectional(), mask_token_id=5, **overrides)
+  out = jaxdec.export_hf(model, None, str(tmp_path / arch))
+  with pytest.raises(ValueError, match=f"model type `{arch}`"):
+    transformers.AutoModelForCausalLM.from_pretrained(out)
+  assert jaxdec.load(out).config == model.config

@@ -1,6 +1,6 @@
 """Plain-numpy references of the diffusion samplers, one row at a time with Python loops, written
-from research/dllm.md (LLaDA `generate` §1, Dream `_sample` §2, Fast-dLLM threshold / factor §3,
-Fast-dLLM++ Frechet §4). Nothing here comes from jaxdec.diffusion; the tests share only the
+from the published reference implementations (LLaDA `generate`, Dream `_sample`, Fast-dLLM
+threshold / factor, Fast-dLLM++ Frechet). Nothing here comes from jaxdec.diffusion; the tests share only the
 logits function and, for sampled runs, the noise draws.
 
 Deliberate, documented choices: ties go to the lower position (torch.topk's order is

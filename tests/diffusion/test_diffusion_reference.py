@@ -12,10 +12,16 @@ import pytest
 from flax import struct
 
 import dllm_reference as ref
-from jaxdec.diffusion import (Dream, EosFlags, Factor, FixedSteps, Frechet, Threshold, denoise,
-                              transfer_count)
-from jaxdec.diffusion.proposals import gumbel_noise, position_keys, uniform_noise
-from jaxdec.diffusion.schedulers import dream_count, dream_timesteps
+from jaxdec.diffusion import (Dream, EosFlags, Factor, FixedSteps, Frechet, Margin, NegEntropy,
+                              Probability, RandomConfidence, Threshold, denoise, transfer_count)
+from jaxdec.diffusion.compat import dream_timesteps
+from jaxdec.diffusion.confidence import uniform_noise
+from jaxdec.diffusion.dream import dream_count
+from jaxdec.diffusion.proposals import gumbel_noise, position_keys
+from jaxdec.diffusion.sampler import gather_rows
+
+CONFIDENCE = {"low_confidence": Probability(), "random": RandomConfidence(),
+              "maskgit_plus": Probability(), "topk_margin": Margin(), "entropy": NegEntropy()}
 
 VOCAB, MASK, EOS, EOT, WIDTH = 32, 31, 2, 3, 128
 
@@ -30,14 +36,15 @@ class TableModel:
   mask_token_id: int = struct.field(pytree_node=False, default=MASK)
   shifted_logits: bool = struct.field(pytree_node=False, default=False)
 
-  def hidden(self, tokens, positions, cache, mask):
+  def hidden(self, tokens, positions, cache, valid_lengths):
     assert cache is None, "the table model has no cache"
-    count = jnp.sum((tokens == MASK) & mask[:, 0, :], axis=1)
+    real = jnp.arange(tokens.shape[1])[None, :] < valid_lengths[:, None]
+    count = jnp.sum((tokens == MASK) & real, axis=1)
     before = jnp.concatenate([tokens[:, :1], tokens[:, :-1]], axis=1)
     return self.base[positions] + self.prev[before] + self.load[count % 7][:, None, :], None
 
-  def logits(self, hidden):
-    return hidden
+  def logits(self, hidden, index):
+    return gather_rows(hidden, index)
 
   def numpy_logits(self, x: np.ndarray) -> np.ndarray:
     """The same function for one unpadded canvas, in numpy (float32, same order of additions)."""
@@ -134,7 +141,7 @@ def test_llada_sampled_matches_reference_with_shared_noise(remasking, temperatur
   model, key = table_model(2), jax.random.key(7)
   ps = prompts(3)
   tokens, _ = run(model, ps, gen_length=12, block_length=4, steps=9,
-                  scheduler=FixedSteps(remasking), key=key, temperature=temperature)
+                  scheduler=FixedSteps(CONFIDENCE[remasking]), key=key, temperature=temperature)
   for i, p in enumerate(ps):
     want, _ = ref.llada_generate(model.numpy_logits, p, 12, 4, 9, mask_id=MASK,
                                  remasking=remasking, temperature=temperature,
@@ -182,7 +189,7 @@ def test_llada_eos_flags_match_reference(flags, temperature):
     np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
 
 
-RULES = [("threshold", Threshold, v) for v in (0.0, 0.5, 0.7, 0.9, 1.01)] + \
+RULES = [("threshold", Threshold, v) for v in (0.0, 0.5, 0.7, 0.9, 1.0)] + \
         [("factor", Factor, v) for v in (0.5, 1.0, 2.0)] + \
         [("frechet", Frechet, v) for v in (0.0, 0.1, 0.25, 0.5)]
 
@@ -244,7 +251,7 @@ def test_dream_matches_reference(alg, gen_length, steps):
   model = table_model(12, shifted=True)
   ps = prompts(13)
   tokens, nfe = run(model, ps, gen_length=gen_length, block_length=gen_length, steps=steps,
-                    scheduler=Dream(alg))
+                    scheduler=Dream(CONFIDENCE[alg]))
   for i, p in enumerate(ps):
     want, _ = ref.dream_generate(model.numpy_logits, p, gen_length, steps, mask_id=MASK, alg=alg)
     np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
@@ -254,7 +261,7 @@ def test_dream_matches_reference(alg, gen_length, steps):
 def test_dream_sampled_matches_reference_with_shared_noise():
   model, key = table_model(14, shifted=True), jax.random.key(5)
   ps = prompts(15)
-  tokens, _ = run(model, ps, gen_length=12, block_length=12, steps=6, scheduler=Dream("entropy"),
+  tokens, _ = run(model, ps, gen_length=12, block_length=12, steps=6, scheduler=Dream(NegEntropy()),
                   key=key, temperature=0.6)
   for i, p in enumerate(ps):
     want, _ = ref.dream_generate(model.numpy_logits, p, 12, 6, mask_id=MASK, alg="entropy",

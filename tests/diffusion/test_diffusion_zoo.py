@@ -9,15 +9,16 @@ import jaxdec
 from jaxdec import zoo
 from jaxdec.diffusion import FixedSteps, Frechet, Threshold
 
-pytestmark = pytest.mark.skipif("pycode-dlm" not in zoo.available(),
-                                reason="zoo:pycode-dlm is not trained yet")
+
+def test_the_dlm_is_shipped():
+  assert "pycode-dlm" in zoo.available()
 
 
 @pytest.fixture(scope="module")
 def dlm():
   model = jaxdec.load("zoo:pycode-dlm")
   tokenizer = jaxdec.load_tokenizer("zoo:pycode-dlm")
-  from jaxdec.train.corpus import held_out_prompts
+  from jaxdec.corpus import held_out_prompts
 
   prompts = held_out_prompts(tokenizer, 3, prompt_tokens=48)
   logits = lambda x: np.asarray(jaxdec.forward(model, x[None].astype(np.int32))[0])

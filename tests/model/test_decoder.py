@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdec.model import KVCache, check_params
+from jaxdec.model import Bidirectional, KVCache, check_params
 from tiny import jit_forward as forward, tiny_model
 
 
@@ -78,7 +78,7 @@ def test_tree_mask_matches_chains(model):
   cache = KVCache.init(cfg, 1, 16)
   _, _, cache = forward(params, prefix, _positions(1, 0, 6), cache, config=cfg)
   tree_logits, _, _ = forward(params, nodes, jnp.array([[6 + d for d in depth]], jnp.int32), cache,
-                              config=cfg, mask=jnp.asarray(mask)[None])
+                              config=cfg, tree=jnp.asarray(mask)[None])
   for node, path in [(1, [0, 1]), (3, [0, 2, 3])]:
     seq = jnp.concatenate([prefix, nodes[:, jnp.array(path)]], axis=1)
     ref, _, _ = forward(params, seq, _positions(1, 0, seq.shape[1]), config=cfg)
@@ -99,7 +99,7 @@ def test_sliding_window_limits_context():
 
 
 def test_bidirectional_config_sees_the_future():
-  model = tiny_model(causal=False)
+  model = tiny_model(attention=Bidirectional())
   cfg, params = model.config, model.params
   a = _tokens(1, 8, cfg.vocab_size, seed=4)
   b = a.at[0, -1].set((a[0, -1] + 1) % cfg.vocab_size)

@@ -21,7 +21,7 @@ NEW_TOKENS, GEN, BLOCK = 24, 64, 32
 
 def _setup():
   import jaxdec
-  from jaxdec.train.corpus import held_out_prompts
+  from jaxdec.corpus import held_out_prompts
 
   tok = jaxdec.load_tokenizer("zoo:pycode-ar")
   return {"ar": jaxdec.load("zoo:pycode-ar"), "draft": jaxdec.load("zoo:pycode-draft"),
@@ -86,17 +86,17 @@ def cases() -> dict:
       lambda: s.Collaborative(weight=jnp.asarray(0.5), max_overshoot=jnp.asarray(2.0)), sampled=True)
   schedulers = {"llada": d.FixedSteps, "threshold": lambda: d.Threshold(0.9),
                 "factor": lambda: d.Factor(1.0), "frechet": lambda: d.Frechet(0.25),
-                "dream entropy": lambda: d.Dream("entropy")}
+                "dream entropy": lambda: d.Dream(d.NegEntropy())}
   caches = {"none": None, "prefix": d.PrefixCache, "dual": d.DualCache}
   for sname, sched in schedulers.items():
     for cname, cache in caches.items():
       out[f"diffusion {sname} {cname}"] = _diffusion(sched, cache)
   out["diffusion llada half steps"] = _diffusion(d.FixedSteps, steps=GEN // 2)
-  out["diffusion llada random remasking"] = _diffusion(lambda: d.FixedSteps("random"),
+  out["diffusion llada random remasking"] = _diffusion(lambda: d.FixedSteps(d.RandomConfidence()),
                                                        key=jax.random.key(2))
-  out["diffusion dream margin dual"] = _diffusion(lambda: d.Dream("topk_margin"), d.DualCache,
+  out["diffusion dream margin dual"] = _diffusion(lambda: d.Dream(d.Margin()), d.DualCache,
                                                   steps=GEN // 2)
-  out["diffusion dream maskgit sampled"] = _diffusion(lambda: d.Dream("maskgit_plus"),
+  out["diffusion dream maskgit sampled"] = _diffusion(lambda: d.Dream(d.Probability()),
                                                       temperature=0.5, key=jax.random.key(3))
   out["diffusion threshold sampled"] = _diffusion(lambda: d.Threshold(0.7), temperature=0.8,
                                                   key=jax.random.key(4))

@@ -6,7 +6,7 @@ from flax import struct
 from scipy import stats
 
 import jaxdec
-from jaxdec import api, spec
+from jaxdec import api, decoding, spec
 from jaxdec.spec.verify import _RESIDUAL, _categorical, _chain_rule
 from tiny import tiny_model
 
@@ -55,7 +55,7 @@ def test_greedy_speculative_equals_greedy_ar(model, draft, name):
 def test_usable_inside_a_callers_jit(model, draft):
   """The pure loop composes with a caller's own jit (the drafter is a pytree argument)."""
   prompts = _prompts(3, [3, 5])
-  prompt, lengths = api.prepare_prompts(prompts, None, model.config.vocab_size)
+  prompt, lengths = decoding.prepare_prompts(prompts, None, model.config.vocab_size)
 
   @jax.jit
   def user_step(params, drafter, prompt, lengths):
@@ -227,5 +227,21 @@ def test_bad_drafters_raise(model):
     spec.Tree((-1,))
   with pytest.raises(ValueError, match="Collaborative verification needs a chain"):
     jaxdec.speculative_generate(model, [[5, 6]], spec.AdaPLD(), spec.Collaborative())
-  with pytest.raises(TypeError, match="drafter must be one of"):
+  with pytest.raises(TypeError, match="drafter str does not implement the Drafter protocol: it "
+                                      "lacks check, forwards, hidden_layers, init, propose, tree"):
     jaxdec.speculative_generate(model, [[5, 6]], "ngram")
+  with pytest.raises(TypeError, match=r"verifier must be an instance, got the class Exact: pass Exact\(...\)"):
+    jaxdec.speculative_generate(model, [[5, 6]], spec.PromptLookup(2, 2), spec.Exact)
+  with pytest.raises(ValueError, match="Greedy\\(\\) verification decodes greedily but sampling"):
+    jaxdec.speculative_generate(model, [[5, 6]], spec.PromptLookup(2, 2), spec.Greedy(),
+                                sampling=jaxdec.Sampling.create(0.8), key=jax.random.key(0))
+  with pytest.raises(ValueError, match="Collaborative.weight must be in"):
+    jaxdec.speculative_generate(model, [[5, 6]], spec.PromptLookup(2, 2),
+                                spec.Collaborative(weight=jnp.asarray(1.5)))
+
+
+def test_draft_model_accepts_a_name():
+  drafter = spec.DraftModel("zoo:pycode-draft", 2)
+  assert isinstance(drafter.model, jaxdec.Model) and drafter.model.config.num_layers == 3
+  with pytest.raises(TypeError, match="DraftModel.model must be a jaxdec Model .* got int"):
+    spec.DraftModel(3, 2)

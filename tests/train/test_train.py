@@ -5,35 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdec.model import Model, ModelConfig
+from jaxdec.model import Bidirectional, Model, ModelConfig
 from jaxdec.model.params import flatten
-from jaxdec.train import corpus
+from jaxdec import corpus
 from jaxdec.train.evaluate import bits_per_byte
 from jaxdec.train.objectives import MaskedDiffusion, NextToken
-from jaxdec.train.tokenizer import SPECIAL_TOKENS, train_bpe
+from jaxdec.train.tokenizer import SPECIAL_TOKENS
+from jaxdec.train.trainable import FullModel
 from jaxdec.train.trainer import TrainConfig, Trainer
 
-VOCAB = 512
-
-
-@pytest.fixture(autouse=True)
-def _standard_promotion():
-  """optax's update rules mix Python floats and int32 step counts, which strict promotion
-  rejects; our own code stays strict everywhere else."""
-  with jax.numpy_dtype_promotion("standard"):
-    yield
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  texts, _ = corpus.read_texts(corpus.stdlib_split("validation")[:40])
-  return train_bpe(texts, VOCAB)
-
-
-@pytest.fixture(scope="module")
-def stream(tokenizer):
-  texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
-  return corpus.encode_documents(texts, tokenizer)
+VOCAB = 512  # The conftest tokenizer's vocabulary.
 
 
 def _config(objective=NextToken(), steps=40, **model_overrides):
@@ -58,7 +39,7 @@ def test_split_is_deterministic_and_disjoint():
 def test_tokenizer_round_trips_every_validation_file(tokenizer):
   texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
   for text in texts:
-    assert tokenizer.decode(tokenizer.encode(text), skip_special_tokens=False) == text
+    assert tokenizer.decode(tokenizer.encode(text, add_bos=False), skip_special_tokens=False) == text
   for kind, token in SPECIAL_TOKENS.items():
     assert tokenizer.backend.id_to_token(getattr(tokenizer, f"{kind}_id")) == token
 
@@ -72,7 +53,7 @@ def test_training_loss_goes_down(tmp_path, stream):
 
 @pytest.mark.parametrize("objective", [NextToken(), MaskedDiffusion()])
 def test_resume_continues_exactly(tmp_path, stream, objective):
-  overrides = {} if isinstance(objective, NextToken) else dict(causal=False, mask_token_id=3)
+  overrides = {} if isinstance(objective, NextToken) else dict(attention=Bidirectional(), mask_token_id=3)
   cfg = _config(objective, steps=6, **overrides)
   straight = Trainer(cfg, str(tmp_path / "a"))
   losses_a = [r["loss"] for r in straight.run(stream, progress=False)]
@@ -89,18 +70,18 @@ def test_resume_continues_exactly(tmp_path, stream, objective):
 
 
 def test_masked_diffusion_objective_weights_by_inverse_ratio():
-  cfg = _config(causal=False, mask_token_id=3).model
+  cfg = _config(attention=Bidirectional(), mask_token_id=3).model
   objective = MaskedDiffusion()
   tokens = jnp.asarray(np.random.RandomState(0).randint(4, VOCAB, (64, 64)), jnp.int32)
   noisy, masked, p = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.3))
   assert abs(float(masked.mean()) - 0.3) < 0.02
   assert bool(jnp.all(jnp.where(masked, noisy == 3, noisy == tokens)))
-  params = Trainer(_config(MaskedDiffusion(), causal=False, mask_token_id=3), "/tmp/unused-md").module.params()
+  params = Trainer(_config(MaskedDiffusion(), attention=Bidirectional(), mask_token_id=3), "/tmp/unused-md").module.params()
   per_seq, masked, _ = objective.weighted_nll(params, tokens, jax.random.key(1), cfg)
-  loss, _ = objective.loss(params, tokens, jax.random.key(1), cfg)
+  loss, _ = objective.loss(params, tokens, jax.random.key(1), part=FullModel(cfg))
   np.testing.assert_allclose(loss, per_seq.sum() / tokens.size, rtol=1e-6)
   with pytest.raises(ValueError, match="bidirectional config with mask_token_id"):
-    objective.loss(params, tokens, jax.random.key(1), _config().model)
+    objective.loss(params, tokens, jax.random.key(1), part=FullModel(_config().model))
 
 
 def test_prefix_fraction_keeps_a_clean_prompt_shaped_prefix():
@@ -125,7 +106,7 @@ def test_bits_per_byte_scores_each_token_once(tokenizer):
   config = _config().model
   model = Model(config, init_params(config, jax.random.key(0), std=0.1))
   text = "def add(a, b):\n    return a + b\n" * 6
-  ids = np.asarray([tokenizer.bos_id] + tokenizer.encode(text), np.int32)
+  ids = np.asarray([tokenizer.bos_id] + tokenizer.encode(text, add_bos=False), np.int32)
   assert 60 < len(ids) < 128
 
   def nll(window):
@@ -151,10 +132,11 @@ def test_distillation_moves_the_student_towards_the_teacher(tmp_path, stream):
 
   teacher_run = Trainer(dataclasses.replace(_config(), name="teacher"), str(tmp_path / "teacher_run"))
   teacher_run.run(stream, progress=False)  # A teacher with real structure to imitate.
-  teacher = teacher_run.module.to_model()
+  teacher = teacher_run.to_model()
   teacher_cfg = teacher.config
   path = jaxdec.save(teacher, str(tmp_path / "teacher"))
-  cfg = dataclasses.replace(_config(objective=Distill(teacher=path), steps=30), name="student", seed=1)
+  cfg = dataclasses.replace(_config(objective=Distill(), steps=30), name="student", seed=1,
+                            target=path)
   trainer = Trainer(cfg, str(tmp_path / "run"))
   tokens = jnp.asarray(stream[:64 * 8].reshape(8, 64))
   positions = jnp.broadcast_to(jnp.arange(64, dtype=jnp.int32), (8, 64))
@@ -225,7 +207,7 @@ def test_certainty_forcing_adds_the_entropy_of_correct_predictions():
   """loss = ELBO term + w * mean entropy over masked positions whose argmax is the target."""
   from jaxdec.model import forward, init_params
 
-  cfg = _config(causal=False, mask_token_id=3).model
+  cfg = _config(attention=Bidirectional(), mask_token_id=3).model
   params = init_params(cfg, jax.random.key(0), std=0.3)
   tokens = jnp.asarray(np.random.RandomState(3).randint(4, VOCAB, (4, 32)), jnp.int32)
   plain = MaskedDiffusion()
@@ -237,7 +219,57 @@ def test_certainty_forcing_adds_the_entropy_of_correct_predictions():
   entropy = -(p * np.log(p)).sum(-1)
   correct = np.asarray(masked & (jnp.argmax(logits, -1) == tokens))
   assert correct.sum() > 5
-  base, _ = plain.loss(params, tokens, jax.random.key(1), cfg)
-  forced, metrics = MaskedDiffusion(certainty_weight=0.5).loss(params, tokens, jax.random.key(1), cfg)
+  base, _ = plain.loss(params, tokens, jax.random.key(1), part=FullModel(cfg))
+  forced, metrics = MaskedDiffusion(certainty_weight=0.5).loss(params, tokens, jax.random.key(1),
+                                                               part=FullModel(cfg))
   np.testing.assert_allclose(metrics["correct_entropy"], entropy[correct].mean(), rtol=1e-4)
   np.testing.assert_allclose(forced, base + 0.5 * entropy[correct].mean(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("warmup_steps", 40, "warmup_steps must be in \\[0, steps\\), got warmup_steps=40 with steps=40"),
+    ("warmup_steps", -1, "warmup_steps=-1"),
+    ("steps", 0, "steps must be an int >= 1, got 0"),
+    ("batch_size", 0, "batch_size must be an int >= 1, got 0"),
+    ("seq_len", 1, "seq_len must be an int >= 2, got 1"),
+    ("seq_len", 256, "seq_len=256 exceeds the model's max_position_embeddings=128"),
+    ("learning_rate", 0.0, "learning_rate must be positive, got 0.0"),
+    ("learning_rate", -1e-3, "learning_rate must be positive"),
+])
+def test_train_config_rejects_bad_values_up_front(field, value, message):
+  """Before: warmup_steps >= steps surfaced as optax's 'decay_steps=-40' after the corpus loaded."""
+  with pytest.raises(ValueError, match=message):
+    dataclasses.replace(_config(), **{field: value})
+  with pytest.raises(ValueError, match="exactly one of model"):
+    TrainConfig(name="neither")
+
+
+def _save_without_fingerprint(trainer: Trainer) -> None:
+  """A checkpoint as runs wrote them before fingerprints were stored."""
+  import orbax.checkpoint as ocp
+
+  trainer.manager.save(trainer.step, args=ocp.args.Composite(
+      state=ocp.args.StandardSave(trainer._state()),
+      meta=ocp.args.JsonSave({"step": trainer.step, "name": trainer.cfg.name})), force=True)
+  trainer.manager.wait_until_finished()
+
+
+def test_a_workdir_of_another_model_is_refused(tmp_path, stream):
+  """Before: orbax's 'set strict=False in ArrayRestoreArgs' and an event-loop traceback."""
+  first = Trainer(_config(steps=6), str(tmp_path / "new"))
+  first.run(stream, stop_at=3, progress=False)
+  first.close()
+  wider = dataclasses.replace(_config(steps=6), model=dataclasses.replace(_config().model,
+                                                                          hidden_size=96))
+  with pytest.raises(ValueError, match="holds another model's run.*use a new --workdir"):
+    Trainer(wider, str(tmp_path / "new"))
+  bidirectional = _config(steps=6, attention=Bidirectional())  # Same shapes, another model.
+  with pytest.raises(ValueError, match="holds another model's run"):
+    Trainer(bidirectional, str(tmp_path / "new"))
+  old = Trainer(_config(steps=6), str(tmp_path / "old"))
+  old.step = 3
+  _save_without_fingerprint(old)
+  old.close()
+  with pytest.raises(ValueError, match="holds another model's run.*other parameter shapes"):
+    Trainer(wider, str(tmp_path / "old"))
+  assert Trainer(_config(steps=6), str(tmp_path / "old")).step == 3  # Old runs still resume.

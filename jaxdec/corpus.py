@@ -115,7 +115,8 @@ def fixed_windows(stream: np.ndarray, count: int, length: int) -> np.ndarray:
 
 def held_out_prompts(tokenizer, count: int, prompt_tokens: int = 128, min_chars: int = 3000) -> list[list[int]]:
   """`count` code prompts from stdlib validation files (deterministic): each starts at the first
-  line after a third of its file and ends at a line break, at most `prompt_tokens` tokens."""
+  line after a third of its file and ends at a line break, at most `prompt_tokens` tokens, with
+  no BOS (a prompt from the middle of a document)."""
   prompts = []
   texts, _ = read_texts(stdlib_split("validation"))
   for text in texts:
@@ -127,7 +128,7 @@ def held_out_prompts(tokenizer, count: int, prompt_tokens: int = 128, min_chars:
     prompt, ids = "", []
     for line in lines:
       candidate = prompt + line + "\n"
-      candidate_ids = tokenizer.encode(candidate)
+      candidate_ids = tokenizer.encode(candidate, add_bos=False)  # A continuation point: no BOS.
       if len(candidate_ids) > prompt_tokens:
         break
       prompt, ids = candidate, candidate_ids

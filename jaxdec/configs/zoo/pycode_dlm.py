@@ -5,19 +5,17 @@ faster per token than 512 here); stage 2 (pycode_dlm_refine.py) moves to 512-tok
 a prompt plus a 256-token generation fits. ~32 min: 1600 steps x 16 x 256 tokens = 6.6M tokens."""
 
 import dataclasses
-import os
 
-from jaxdec.cli import load_config_file
+from jaxdec.configs import load_config
+from jaxdec.model import Bidirectional
 from jaxdec.train.objectives import MaskedDiffusion
 from jaxdec.train.trainer import TrainConfig
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def get_config() -> TrainConfig:
-  ar_model = load_config_file(os.path.join(_HERE, "pycode_ar.py")).model
-  model = dataclasses.replace(ar_model, causal=False, mask_token_id=3, architecture="llada",
-                              max_position_embeddings=512)
+  ar_model = load_config("zoo:pycode-ar").model
+  model = dataclasses.replace(ar_model, attention=Bidirectional(), mask_token_id=3,
+                              architecture="llada", max_position_embeddings=512)
   return TrainConfig(name="pycode-dlm", model=model, objective=MaskedDiffusion(), steps=1600,
                      batch_size=16, seq_len=256, learning_rate=1.5e-3, warmup_steps=60, seed=0,
                      init_from="zoo:pycode-ar", eval_every=200, checkpoint_every=100)

@@ -1,0 +1,1 @@
+"""The zoo's training recipes (`jaxdec train --config zoo:NAME`); see `jaxdec.configs`."""

@@ -1,0 +1,76 @@
+"""What the Trainer trains: a `Trainable` part, optionally over a frozen target model.
+
+A full decoder trained from scratch (or from a checkpoint) has no target; a drafter head, an
+EAGLE-3 layer or a distilled student trains against a frozen target `Model` whose params never
+receive a gradient and never enter the optimiser or the checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+
+from jaxdec.model import Model, ModelConfig, check_params, init_params
+
+
+@runtime_checkable
+class Trainable(Protocol):
+  """A trainable part. To add one (a Medusa / MTP head, an EAGLE-3 drafter, a student), write a
+  frozen, hashable dataclass (it is static under jit) with:
+
+    init(key, target) -> params: the initial float32 params pytree for `key` (a PRNG key). The
+      Trainer optimises exactly this pytree, checkpoints it with its optimizer state, and
+      nothing else. `target` is the frozen target `Model` or None.
+    describe() -> dict: a JSON-able description of the params' structure (a kind and the
+      settings that fix their shapes and meaning). It is stored with every checkpoint, so a
+      workdir holding another part's run is refused instead of half-restored.
+    check(target) -> None: raise ValueError / TypeError when `target` (a Model or None) does not
+      fit the part (a head needs a target with its hidden size, say). Called before training.
+
+  The forward pass is the objective's business: an objective's
+  `loss(params, tokens, key, *, part, target) -> (scalar, metrics)` gets the part (static), its
+  params (differentiated) and the target (a Model under stop_gradient, or None).
+  """
+
+  def init(self, key: jax.Array, target: Model | None) -> Any:
+    ...
+
+  def describe(self) -> dict:
+    ...
+
+  def check(self, target: Model | None) -> None:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class FullModel:
+  """A whole decoder with `config`: random init (normal, `init_std`) or the weights of
+  `init_from` (a 'zoo:NAME' or a model directory with the same shapes)."""
+
+  config: ModelConfig
+  init_std: float = 0.02
+  init_from: str | None = None
+
+  def init(self, key: jax.Array, target: Model | None) -> dict:
+    del target
+    if self.init_from is None:
+      return init_params(self.config, key, std=self.init_std)
+    from jaxdec import io
+
+    params = io.load(self.init_from, dtype=jnp.float32).params
+    check_params(params, self.config)  # Same shapes; attention / mask-token settings may differ.
+    return params
+
+  def describe(self) -> dict:
+    return {"kind": "FullModel", "config": self.config.to_dict()}
+
+  def check(self, target: Model | None) -> None:
+    if target is not None and target.config.vocab_size != self.config.vocab_size:
+      raise ValueError(f"target vocabulary {target.config.vocab_size} != the model's "
+                       f"{self.config.vocab_size}")
+
+  def to_model(self, params: dict) -> Model:
+    return Model(config=self.config, params=params)
