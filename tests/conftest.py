@@ -38,3 +38,12 @@ def _no_persistent_compile_cache(monkeypatch):
   import jaxdec.cli
 
   monkeypatch.setattr(jaxdec.cli, "_enable_compile_cache", lambda: None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Drop every compiled program after each test module. A full run compiles several hundred
+  programs; kept alive together, they grew the process until XLA crashed compiling the last ones
+  (a segfault in the zoo tests, only in full runs)."""
+  yield
+  jax.clear_caches()

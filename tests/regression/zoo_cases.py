@@ -112,12 +112,29 @@ def run(names=None) -> dict[str, dict[str, np.ndarray]]:
           for name, fn in cases().items() if names is None or name in names}
 
 
+def save(results: dict, path: str) -> None:
+  np.savez_compressed(path, **{f"{name}/{k}": v for name, r in results.items() for k, v in r.items()})
+
+
+def load(path: str) -> dict[str, dict[str, np.ndarray]]:
+  out = {}
+  with np.load(path) as data:
+    for key in data.files:
+      name, field = key.rsplit("/", 1)
+      out.setdefault(name, {})[field] = data[key]
+  return out
+
+
 def main() -> None:
-  if sys.argv[1:] != ["--write"]:
-    raise SystemExit("usage: python tests/regression/zoo_cases.py --write")
-  results = run()
-  np.savez_compressed(FIXTURE, **{f"{name}/{k}": v for name, r in results.items() for k, v in r.items()})
-  print(f"wrote {len(results)} cases to {FIXTURE}")
+  """--write: record the fixture; --out PATH: run every case and save the outputs to PATH."""
+  args = sys.argv[1:]
+  if args == ["--write"]:
+    save(run(), FIXTURE)
+    print(f"wrote {len(cases())} cases to {FIXTURE}")
+  elif len(args) == 2 and args[0] == "--out":
+    save(run(), args[1])
+  else:
+    raise SystemExit("usage: python tests/regression/zoo_cases.py --write | --out PATH")
 
 
 if __name__ == "__main__":
