@@ -102,9 +102,17 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
   return out.replace(tokens=out.tokens[:, :budget])
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len",))
+def part_types(*parts) -> tuple:
+  """The plug-ins' classes, a static jit argument: JAX's tree structures of two dataclass
+  plug-ins with the same fields compare equal whatever their class (PrefixCache() and
+  DualCache(), Threshold(0.9) and Factor(1.0)), so without it one could be served the other's
+  compiled program."""
+  return tuple(type(p) for p in parts)
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len", "parts"))
 def _speculative_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling,
-                     drafter, verifier, *, buffer_len):
+                     drafter, verifier, *, buffer_len, parts):
   return spec.speculative_generate(model.params, prompt, prompt_lengths, max_new_tokens, key,
                                    stop_tokens, config=model.config, drafter=drafter,
                                    verifier=verifier, buffer_len=buffer_len, sampling=sampling,
@@ -138,13 +146,14 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   verifier.check(drafter.tree, sampling)
   prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
   out = _speculative_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
-                         drafter, verifier, buffer_len=decoding.bucket(budget))
+                         drafter, verifier, buffer_len=decoding.bucket(budget),
+                         parts=part_types(drafter, verifier))
   return out.replace(tokens=out.tokens[:, :budget])
 
 
-@functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos"))
+@functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "parts"))
 def _diffusion_jit(model, prompt, prompt_lengths, steps, scheduler, cache, temperature, cfg_scale,
-                   key, stop_tokens, *, gen_length, block_length, eos):
+                   key, stop_tokens, *, gen_length, block_length, eos, parts):
   return diffusion.diffusion_generate(
       model.params, prompt, prompt_lengths, key, config=model.config, gen_length=gen_length,
       block_length=block_length, steps=steps, scheduler=scheduler, cache=cache,
@@ -241,4 +250,5 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
   prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
   return _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache,
                         np.broadcast_to(t, (batch,)), cfg if cfg > 0 else None, key, stops,
-                        gen_length=gen_length, block_length=block_length, eos=eos)
+                        gen_length=gen_length, block_length=block_length, eos=eos,
+                        parts=part_types(scheduler, scheduler.confidence, cache))

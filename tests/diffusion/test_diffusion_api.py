@@ -201,3 +201,18 @@ def test_bad_models_and_prompts_raise(model):
     jaxdec.diffusion_generate(model, [[7, MASK, 8]])
   with pytest.raises(ValueError, match="need an EOS id"):
     jaxdec.diffusion_generate(dlm(eos_token_ids=()), [[7, 8]], logits_eos_inf=True)
+
+
+def test_parts_with_the_same_fields_get_their_own_programs(model):
+  """PrefixCache() and DualCache() (or Threshold and Factor) have equal JAX tree structures; the
+  jitted entry point must still compile each its own program, whatever ran before."""
+  kw = dict(gen_length=16, block_length=8, steps=16)
+  alone = {}
+  for cache in (PrefixCache(), DualCache()):
+    api._diffusion_jit.clear_cache()
+    alone[type(cache)] = jaxdec.diffusion_generate(model, _prompts(3), cache=cache, **kw).tokens
+  assert not np.array_equal(alone[PrefixCache], alone[DualCache])  # Guards the test's strength.
+  api._diffusion_jit.clear_cache()
+  for cache in (PrefixCache(), DualCache()):
+    np.testing.assert_array_equal(
+        jaxdec.diffusion_generate(model, _prompts(3), cache=cache, **kw).tokens, alone[type(cache)])
