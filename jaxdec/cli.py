@@ -166,6 +166,40 @@ def _cmd_demo(args) -> int:
   return 0
 
 
+def _add_bench_parser(sub) -> None:
+  """`jaxdec bench ar | spec | diffusion`."""
+  bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
+  suites = bench.add_subparsers(dest="suite", required=True)
+  ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
+  ar.add_argument("--model", default="random",
+                  help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
+  ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+  ar.add_argument("--prompt-len", type=int, default=128)
+  ar.add_argument("--new-tokens", type=int, default=128)
+  ar.add_argument("--repeats", type=int, default=5)
+  ar.add_argument("--no-peers", action="store_true", help="skip transformers")
+  ar.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
+  sp = suites.add_parser("spec", help="speculative decoding vs AR and transformers' assisted / lookup")
+  sp.add_argument("--model", default="zoo:pycode-ar")
+  sp.add_argument("--draft", default="zoo:pycode-draft")
+  sp.add_argument("--prompts", type=int, default=8)
+  sp.add_argument("--new-tokens", type=int, default=64)
+  sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
+  sp.add_argument("--repeats", type=int, default=3)
+  sp.add_argument("--no-peers", action="store_true", help="skip transformers")
+  sp.add_argument("--out", default="bench_results/spec.json")
+  df = suites.add_parser("diffusion", help="diffusion schedulers x caches vs the LLaDA baseline")
+  df.add_argument("--model", default="zoo:pycode-dlm")
+  df.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
+  df.add_argument("--prompts", type=int, default=4)
+  df.add_argument("--gen-length", type=int, default=256)
+  df.add_argument("--block-length", type=int, default=32)
+  df.add_argument("--repeats", type=int, default=3)
+  df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
+  df.add_argument("--out", default="bench_results/diffusion.json")
+  bench.set_defaults(fn=_cmd_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="jaxdec", description="Fast LM decoding in JAX.")
   sub = parser.add_subparsers(dest="command", required=True)
@@ -216,36 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "min(max_position_embeddings, 512)")
   ev.set_defaults(fn=_cmd_eval)
 
-  bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
-  suites = bench.add_subparsers(dest="suite", required=True)
-  ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
-  ar.add_argument("--model", default="random",
-                  help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
-  ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-  ar.add_argument("--prompt-len", type=int, default=128)
-  ar.add_argument("--new-tokens", type=int, default=128)
-  ar.add_argument("--repeats", type=int, default=5)
-  ar.add_argument("--no-peers", action="store_true", help="skip transformers")
-  ar.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
-  sp = suites.add_parser("spec", help="speculative decoding vs AR and transformers' assisted / lookup")
-  sp.add_argument("--model", default="zoo:pycode-ar")
-  sp.add_argument("--draft", default="zoo:pycode-draft")
-  sp.add_argument("--prompts", type=int, default=8)
-  sp.add_argument("--new-tokens", type=int, default=64)
-  sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
-  sp.add_argument("--repeats", type=int, default=3)
-  sp.add_argument("--no-peers", action="store_true", help="skip transformers")
-  sp.add_argument("--out", default="bench_results/spec.json")
-  df = suites.add_parser("diffusion", help="diffusion schedulers x caches vs the LLaDA baseline")
-  df.add_argument("--model", default="zoo:pycode-dlm")
-  df.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
-  df.add_argument("--prompts", type=int, default=4)
-  df.add_argument("--gen-length", type=int, default=256)
-  df.add_argument("--block-length", type=int, default=32)
-  df.add_argument("--repeats", type=int, default=3)
-  df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
-  df.add_argument("--out", default="bench_results/diffusion.json")
-  bench.set_defaults(fn=_cmd_bench)
+  _add_bench_parser(sub)
   return parser
 
 
