@@ -3,14 +3,16 @@
     import jaxdec
     model = jaxdec.load("zoo:pycode-ar")
     out = jaxdec.generate(model, [[1, 2, 3]], max_new_tokens=32)
+    texts = jaxdec.complete(model, jaxdec.load_tokenizer("zoo:pycode-ar"), ["def f(x):"])
 """
 
 from jaxdec.api import diffusion_generate, forward, generate, speculative_generate
 from jaxdec.io import export_hf, load, load_tokenizer, save, shard
 from jaxdec.model import Model, ModelConfig
 from jaxdec.sampling import Sampling
+from jaxdec.text import complete
 
 __version__ = "0.1.0"
 
 __all__ = ["load", "load_tokenizer", "forward", "generate", "speculative_generate",
-           "diffusion_generate", "export_hf", "save", "shard", "Model", "ModelConfig", "Sampling"]
+           "diffusion_generate", "complete", "export_hf", "save", "shard", "Model", "ModelConfig", "Sampling"]

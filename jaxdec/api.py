@@ -15,7 +15,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from jaxdec import ar, decoding, diffusion, sharding, spec
+from jaxdec import ar, decoding, diffusion, sharding, spec, streaming
+from jaxdec.controls import Controls, LogitsRules, StopStrings
 from jaxdec.decoding import DecodeOutput
 from jaxdec.model import Model
 from jaxdec.model import forward as _forward
@@ -68,17 +69,55 @@ def _ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_toke
   return prompt, prompt_lengths, budget, sampling, key, stops
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len",))
-def _generate_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling, *,
-                  buffer_len):
+def _controls(model: Model, batch: int, *, min_new_tokens, repetition_penalty, stop_strings,
+              tokenizer, logprobs) -> Controls:
+  """The validated controls of one call (rules and stop strings None when unused)."""
+  penalty = decoding.finite_values("repetition_penalty", repetition_penalty, batch, 0.0,
+                                   low_open=True)
+  least = decoding.counts("min_new_tokens", min_new_tokens, batch)
+  rules = None
+  if (penalty != 1.0).any() or (least > 0).any():
+    rules = LogitsRules(repetition_penalty=np.broadcast_to(penalty, (batch,)),
+                        min_new_tokens=np.broadcast_to(least, (batch,)))
+  stops = None
+  if stop_strings is not None and not isinstance(stop_strings, str) and len(stop_strings) == 0:
+    stop_strings = None  # [] means none, as stop_tokens=() does.
+  if stop_strings is not None:
+    if tokenizer is None:
+      raise ValueError("stop_strings need the model's tokenizer to match text: pass tokenizer="
+                       "jaxdec.load_tokenizer(...)")
+    if tokenizer.vocab_size > model.config.vocab_size:
+      raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
+                       f"vocabulary of {model.config.vocab_size}: not this model's tokenizer")
+    stops = StopStrings.create(tokenizer, stop_strings, model.config.vocab_size)
+  if not isinstance(logprobs, bool):
+    raise TypeError(f"logprobs must be True or False, got {logprobs!r}")
+  return Controls(rules=rules, stops=stops, logprobs=logprobs)
+
+
+def _with_hook(controls: Controls, stream: bool, call_id) -> Controls:
+  return controls.replace(on_step=streaming.hook(call_id)) if stream else controls
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
+def _generate_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling,
+                  rules, stops, call_id, *, buffer_len, logprobs, stream):
+  controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
   return ar.generate(model.params, prompt, prompt_lengths, max_new_tokens, key, stop_tokens,
                      config=model.config, buffer_len=buffer_len, sampling=sampling,
-                     pad_id=decoding.pad_id(model.config))
+                     pad_id=decoding.pad_id(model.config), controls=controls)
+
+
+def _trim(out: DecodeOutput, budget: int) -> DecodeOutput:
+  logprobs = None if out.logprobs is None else out.logprobs[:, :budget]
+  return out.replace(tokens=out.tokens[:, :budget], logprobs=logprobs)
 
 
 def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling | None = None,
              key: jax.Array | None = None, *, lengths=None,
-             stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+             stop_tokens: Sequence[int] | None = None, stop_strings: Sequence[str] | None = None,
+             tokenizer=None, min_new_tokens=0, repetition_penalty=1.0, logprobs: bool = False,
+             stream: streaming.StreamCallback | None = None) -> DecodeOutput:
   """Autoregressive generation; greedy unless `sampling` is given.
 
   Args:
@@ -89,17 +128,32 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
     key: PRNG key (`jax.random.key(seed)` or a legacy `PRNGKey`), required with `sampling`;
       token (row, position) uses fold_in(fold_in(key, row), position).
     stop_tokens: ids that end a row (default: the model's EOS ids; () disables stopping).
+    stop_strings: texts that end a row where they complete (the completing token is kept);
+      matched on the generated text only; needs `tokenizer`.
+    min_new_tokens: per row or scalar; stop tokens and strings are suppressed before it.
+    repetition_penalty: > 0, per row or scalar (1 = off); CTRL's rule, as transformers.
+    logprobs: also return each generated token's log-probability under the model's own
+      distribution (`out.logprobs` f32[B, max_new_tokens]).
+    stream: called on the host with each step's new tokens (a list of one int array per row)
+      while the loop runs; the results are the same as without it.
+    These controls are traced (per-row values never recompile); see `jaxdec.controls`.
 
   Returns:
     DecodeOutput: `tokens` i32[B, max_new_tokens] (generated tokens only, padded),
-    `lengths` i32[B] (a final stop token included), `stats` (`nfe`, `steps`).
+    `lengths` i32[B] (a final stop token included), `stats` (`nfe`, `steps`), `logprobs`.
   """
   prompt, prompt_lengths, budget, sampling, key, stops = _ar_inputs(
       model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
+  controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
+                       repetition_penalty=repetition_penalty, stop_strings=stop_strings,
+                       tokenizer=tokenizer, logprobs=logprobs)
   prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
-                      buffer_len=decoding.bucket(budget))
-  return out.replace(tokens=out.tokens[:, :budget])
+  with streaming.listening(stream) as call_id:
+    out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
+                        controls.rules, controls.stops, call_id, buffer_len=decoding.bucket(budget),
+                        logprobs=controls.logprobs, stream=stream is not None)
+    out = jax.block_until_ready(out)
+  return _trim(out, budget)
 
 
 def part_types(*parts) -> tuple:
@@ -110,18 +164,23 @@ def part_types(*parts) -> tuple:
   return tuple(type(p) for p in parts)
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len", "parts"))
+@functools.partial(jax.jit, static_argnames=("buffer_len", "parts", "logprobs", "stream"))
 def _speculative_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling,
-                     drafter, verifier, *, buffer_len, parts):
+                     drafter, verifier, rules, stops, call_id, *, buffer_len, parts, logprobs,
+                     stream):
+  controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
   return spec.speculative_generate(model.params, prompt, prompt_lengths, max_new_tokens, key,
                                    stop_tokens, config=model.config, drafter=drafter,
                                    verifier=verifier, buffer_len=buffer_len, sampling=sampling,
-                                   pad_id=decoding.pad_id(model.config))
+                                   pad_id=decoding.pad_id(model.config), controls=controls)
 
 
 def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_tokens: int = 64,
                          sampling: Sampling | None = None, key: jax.Array | None = None, *,
-                         lengths=None, stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+                         lengths=None, stop_tokens: Sequence[int] | None = None,
+                         stop_strings: Sequence[str] | None = None, tokenizer=None,
+                         min_new_tokens=0, repetition_penalty=1.0, logprobs: bool = False,
+                         stream: streaming.StreamCallback | None = None) -> DecodeOutput:
   """Speculative decoding: `drafter` proposes, the target verifies in one forward per step.
 
   Args:
@@ -130,7 +189,9 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
     verifier: a `jaxdec.spec.Verifier`: `Greedy()` (default without sampling), `Exact()`
       (default with sampling; lossless in distribution), or the lossy `Truncation(top_k, top_p)`
       / `Collaborative(weight, max_overshoot)`, which change the output distribution.
-    Other arguments as `generate`.
+    Other arguments as `generate`; with the controls, greedy output still equals `generate`'s
+    with the same controls, and `Exact()` sampling equals it in distribution (the verifier sees
+    the ruled logits).
 
   Returns:
     DecodeOutput like `generate`; `stats` adds per-row `acceptance_length` (tokens per target
@@ -138,6 +199,9 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   """
   prompt, prompt_lengths, budget, sampling, key, stops = _ar_inputs(
       model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
+  controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
+                       repetition_penalty=repetition_penalty, stop_strings=stop_strings,
+                       tokenizer=tokenizer, logprobs=logprobs)
   if verifier is None:
     verifier = spec.Greedy() if sampling is None else spec.Exact()
   decoding.check_part(drafter, spec.Drafter, "drafter")
@@ -145,10 +209,13 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   drafter.check(model.config)
   verifier.check(drafter.tree, sampling)
   prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  out = _speculative_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
-                         drafter, verifier, buffer_len=decoding.bucket(budget),
-                         parts=part_types(drafter, verifier))
-  return out.replace(tokens=out.tokens[:, :budget])
+  with streaming.listening(stream) as call_id:
+    out = _speculative_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
+                           drafter, verifier, controls.rules, controls.stops, call_id,
+                           buffer_len=decoding.bucket(budget), parts=part_types(drafter, verifier),
+                           logprobs=controls.logprobs, stream=stream is not None)
+    out = jax.block_until_ready(out)
+  return _trim(out, budget)
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "parts"))

@@ -28,12 +28,15 @@ class DecodeOutput:
   tokens i32[B, T]: generated tokens only (not the prompt), padded after `lengths`;
   lengths i32[B]: tokens generated per row (a final stop token included);
   stats: dict of arrays; every loop reports `nfe` i32[B] (target forwards per row), each adds
-  its own (acceptance lengths, tokens per forward, ...).
+  its own (acceptance lengths, tokens per forward, ...);
+  logprobs f32[B, T] or None: when asked for, each generated token's log-probability under the
+  model's own distribution (log_softmax of its logits, before any rule or temperature).
   """
 
   tokens: jax.Array
   lengths: jax.Array
   stats: dict
+  logprobs: jax.Array | None = None
 
 
 # ---- device side -------------------------------------------------------------------------------
@@ -266,6 +269,19 @@ def check_part(part, protocol: type, what: str, pytree: bool = True) -> None:
       raise TypeError(f"{what} {name} must be a pytree of arrays (decorate it with "
                       f"flax.struct.dataclass, sizes and settings as static fields); it holds a "
                       f"{type(leaf).__name__} leaf")
+
+
+def counts(name: str, value, batch: int) -> np.ndarray:
+  """A non-negative int scalar or one per row; i32."""
+  array = np.asarray(value)
+  if array.dtype == bool or not np.issubdtype(array.dtype, np.integer):
+    raise TypeError(f"{name} must be an int or one int per row, got {value!r}")
+  if array.shape not in ((), (batch,)):
+    raise ValueError(f"{name} must be a scalar or have shape ({batch},) (one per row), got shape "
+                     f"{array.shape}")
+  if (array < 0).any():
+    raise ValueError(f"{name} must be >= 0, got {value!r}")
+  return array.astype(np.int32)
 
 
 def finite_values(name: str, value, batch: int, low: float = -math.inf, high: float = math.inf,

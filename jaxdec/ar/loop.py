@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdec.controls import Controls, ControlState, token_logprobs
 from jaxdec.decoding import DecodeOutput, clamp_budget, prefill, typed_key
 from jaxdec.model import KVCache, ModelConfig, forward
 from jaxdec.sampling import Sampling, sample_tokens
@@ -25,11 +26,14 @@ class _LoopState:
   done: jax.Array  # bool[B]
   last: jax.Array  # i32[B]: the most recent token, fed to the next forward.
   steps: jax.Array  # i32[]: forwards run (prefill included).
+  controls: ControlState
+  logprobs: jax.Array | None  # f32[B, T] with controls.logprobs, else None.
 
 
 def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new_tokens: jax.Array,
              key: jax.Array | None, stop_tokens: jax.Array, *, config: ModelConfig,
-             buffer_len: int, sampling: Sampling | None = None, pad_id: int = 0) -> DecodeOutput:
+             buffer_len: int, sampling: Sampling | None = None, pad_id: int = 0,
+             controls: Controls = Controls()) -> DecodeOutput:
   """Generate up to `max_new_tokens` (i32 scalar or [B], at most `buffer_len`) tokens per row.
 
   Args:
@@ -37,6 +41,7 @@ def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new
     key: PRNG key, typed or legacy uint32[2] (unused when `sampling` is None: greedy).
     stop_tokens: i32[E]; a row stops after emitting any of them (E may be 0).
     buffer_len: static size T of the output buffer; the cache holds P + T slots.
+    controls: logit rules, stop strings, log-probabilities, a streaming hook (`jaxdec.controls`).
   """
   batch, width = prompt.shape
   key = typed_key(key)
@@ -44,25 +49,41 @@ def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new
   budget = clamp_budget(max_new_tokens, batch, buffer_len)
   cache = KVCache.init(config, batch, width + buffer_len, dtype=params["embed"].dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
-  first = sample_tokens(logits, sampling, key, rows, prompt_lengths)
+
+  def choose(logits, ctl, generated, active):
+    """The next token of each row from logits f32[B, V], and what the controls make of it."""
+    ruled = controls.process(logits[:, None], ctl, generated[:, None], stop_tokens)[:, 0]
+    token = sample_tokens(ruled, sampling, key, rows, prompt_lengths + generated)
+    hit, histories = controls.stop_hits(ctl, token[:, None], generated)
+    ctl = controls.advance(ctl, token[:, None], active.astype(jnp.int32), histories)
+    stop = jnp.isin(token, stop_tokens) | hit[:, 0]
+    logp = token_logprobs(logits[:, None], token[:, None])[:, 0] if controls.logprobs else None
+    return token, stop, logp, ctl
+
+  zeros = jnp.zeros((batch,), jnp.int32)
+  first, stop, logp, ctl = choose(logits, controls.start(prompt, prompt_lengths, config.vocab_size),
+                                  zeros, zeros == 0)
   tokens = jnp.full((batch, buffer_len), pad_id, jnp.int32).at[:, 0].set(first)
+  logprobs = None if logp is None else jnp.zeros((batch, buffer_len)).at[:, 0].set(logp)
   state = _LoopState(cache=cache, tokens=tokens, count=jnp.ones((batch,), jnp.int32),
-                     done=jnp.isin(first, stop_tokens) | (budget <= 1), last=first,
-                     steps=jnp.ones((), jnp.int32))
+                     done=stop | (budget <= 1), last=first, steps=jnp.ones((), jnp.int32),
+                     controls=ctl, logprobs=logprobs)
 
   def step(s: _LoopState) -> _LoopState:
     position = prompt_lengths + s.count - 1  # Position of `last`, the token being fed.
     logits, _, cache = forward(params, s.last[:, None], position[:, None], s.cache, config=config)
-    token = sample_tokens(logits[:, 0], sampling, key, rows, position + 1)
     active = ~s.done
-    tokens = s.tokens.at[rows, s.count].set(jnp.where(active, token, s.tokens[rows, s.count]),
-                                            mode="drop")
+    token, stop, logp, ctl = choose(logits[:, 0], s.controls, s.count, active)
+    slot = jnp.where(active, s.count, buffer_len)  # Finished rows write nowhere.
+    tokens = s.tokens.at[rows, slot].set(token, mode="drop")
+    logprobs = None if logp is None else s.logprobs.at[rows, slot].set(logp, mode="drop")
     count = s.count + active.astype(jnp.int32)
-    done = s.done | (active & (jnp.isin(token, stop_tokens) | (count >= budget)))
+    done = s.done | (active & (stop | (count >= budget)))
     cache = cache.with_length(jnp.where(active, cache.length, s.cache.length))
     return _LoopState(cache=cache, tokens=tokens, count=count, done=done,
-                      last=jnp.where(active, token, s.last), steps=s.steps + 1)
+                      last=jnp.where(active, token, s.last), steps=s.steps + 1, controls=ctl,
+                      logprobs=logprobs)
 
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
   return DecodeOutput(tokens=state.tokens, lengths=state.count,
-                      stats={"nfe": state.count, "steps": state.steps})
+                      stats={"nfe": state.count, "steps": state.steps}, logprobs=state.logprobs)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdec.controls import Controls, ControlState, token_logprobs, tree_pending
 from jaxdec.decoding import (DecodeOutput, check_returned, clamp_budget, positions, prefill,
                              typed_key)
 from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
@@ -36,6 +37,8 @@ class _SpecState:
   target_forwards: jax.Array  # i32[B]
   accepted: jax.Array  # i32[B, max_steps]: drafts accepted at each step (-1 = no step).
   step: jax.Array  # i32[]
+  controls: ControlState
+  logprobs: jax.Array | None  # f32[B, S] aligned with seq, with controls.logprobs.
 
 
 @struct.dataclass
@@ -52,6 +55,7 @@ class _Step:
   stop_tokens: jax.Array
   prompt_lengths: jax.Array
   budget: jax.Array
+  controls: Controls
 
 
 def compact_path(cache: KVCache, base: jax.Array, path: jax.Array, tree: Tree) -> KVCache:
@@ -64,7 +68,8 @@ def compact_path(cache: KVCache, base: jax.Array, path: jax.Array, tree: Tree) -
 
 
 def _verify(c: _Step, s: _SpecState, rows: jax.Array):
-  """Draft, run the target over [root, drafts], verify: (draft, verdict, hidden, cache, state)."""
+  """Draft, run the target over [root, drafts], verify: (draft, verdict, logits, hidden, cache,
+  state); `logits` are the target's own, before the controls' rules."""
   tree = c.drafter.tree
   base = s.total - 1  # Position (and cache slot) of the root: the last committed token.
   ctx = Context(seq=s.seq, total=s.total, hidden=s.hidden, cache=s.cache, sampling=c.sampling,
@@ -78,26 +83,34 @@ def _verify(c: _Step, s: _SpecState, rows: jax.Array):
   tree_mask = None if tree.is_chain else jnp.asarray(tree.ancestor_mask)[None]
   h, hidden, cache = decode_hidden(c.params, embed(c.params, block), block_positions, s.cache,
                                    config=c.config, tree=tree_mask, hidden_layers=c.layers)
-  verdict = c.verifier(draft, unembed(c.params, h, c.config), tree, c.sampling, c.key, rows, base)
-  return draft, verdict, hidden, cache, draft_state
+  logits = unembed(c.params, h, c.config)
+  pending = None
+  if c.controls.rules is not None:
+    pending = tree_pending(block, jnp.asarray(tree.ancestor_mask), c.config.vocab_size)
+  generated = (s.total - c.prompt_lengths)[:, None] + jnp.asarray(tree.depths)[None, :]
+  ruled = c.controls.process(logits, s.controls, generated, c.stop_tokens, pending)
+  verdict = c.verifier(draft, ruled, tree, c.sampling, c.key, rows, base)
+  return draft, verdict, logits, hidden, cache, draft_state
 
 
 def _emit(c: _Step, s: _SpecState, draft, verdict: Verdict):
   """The tokens this step commits: the accepted path then the next token, cut at the budget and
-  after a stop token. Returns (emitted i32[B, D + 1], count i32[B], hit_stop bool[B])."""
+  after a stop token or string. Returns (emitted i32[B, D + 1], count i32[B], hit_stop bool[B],
+  the stop strings' histories or None)."""
   batch = draft.tokens.shape[0]
   num = verdict.num_accepted
   j = jnp.arange(verdict.path.shape[1] + 1, dtype=jnp.int32)[None, :]
   path_tokens = jnp.take_along_axis(draft.tokens, jnp.maximum(verdict.path - 1, 0), 1)
   path_tokens = jnp.concatenate([path_tokens, jnp.zeros((batch, 1), jnp.int32)], axis=1)
   emitted = jnp.where(j < num[:, None], path_tokens, verdict.next_token[:, None])
-  is_stop = jnp.isin(emitted, c.stop_tokens) & (j <= num[:, None])
+  string_hit, histories = c.controls.stop_hits(s.controls, emitted, s.total - c.prompt_lengths)
+  is_stop = (jnp.isin(emitted, c.stop_tokens) | string_hit) & (j <= num[:, None])
   first_stop = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), j.shape[1])
   room = c.budget - (s.total - c.prompt_lengths)
   count = jnp.minimum(jnp.minimum(num + 1, room), first_stop + 1)
   count = jnp.where(~s.done, count, 0)
   hit_stop = jnp.any(is_stop & (j < count[:, None]), axis=1)
-  return emitted, count, hit_stop
+  return emitted, count, hit_stop, histories
 
 
 def _step(c: _Step, s: _SpecState) -> _SpecState:
@@ -105,18 +118,23 @@ def _step(c: _Step, s: _SpecState) -> _SpecState:
   capacity = s.seq.shape[1]
   active = ~s.done
   base = s.total - 1
-  draft, verdict, block_hidden, cache, draft_state = _verify(c, s, rows)
-  emitted, count, hit_stop = _emit(c, s, draft, verdict)
+  draft, verdict, logits, block_hidden, cache, draft_state = _verify(c, s, rows)
+  emitted, count, hit_stop, histories = _emit(c, s, draft, verdict)
   j = jnp.arange(emitted.shape[1], dtype=jnp.int32)[None, :]
   write = j < count[:, None]
-  seq = s.seq.at[rows[:, None], jnp.where(write, s.total[:, None] + j, capacity)].set(
-      emitted, mode="drop")
+  slots = jnp.where(write, s.total[:, None] + j, capacity)
+  seq = s.seq.at[rows[:, None], slots].set(emitted, mode="drop")
   total = s.total + count
   cache = compact_path(cache, base, verdict.path, c.drafter.tree)
   cache = cache.with_length(jnp.where(active, total - 1, s.cache.length))
+  # emitted[:, j] was chosen from the logits at node nodes[:, j]: the root, then the path.
+  nodes = jnp.concatenate([jnp.zeros_like(verdict.path[:, :1]), verdict.path], axis=1)
+  logprobs = s.logprobs
+  if logprobs is not None:
+    at_nodes = jnp.take_along_axis(logits, nodes[:, :, None], 1)
+    logprobs = logprobs.at[rows[:, None], slots].set(token_logprobs(at_nodes, emitted), mode="drop")
   hidden = s.hidden
   if hidden is not None:  # Hidden states of the root and the accepted path, at their positions.
-    nodes = jnp.concatenate([jnp.zeros_like(verdict.path[:, :1]), verdict.path], axis=1)
     picked = jnp.take_along_axis(block_hidden, nodes[None, :, :, None], 2)
     hidden = hidden.at[:, rows[:, None], jnp.where(write, base[:, None] + j, capacity)].set(
         picked, mode="drop")
@@ -127,13 +145,15 @@ def _step(c: _Step, s: _SpecState) -> _SpecState:
       cache=cache, draft_state=c.drafter.update(draft_state, feedback), seq=seq, total=total,
       done=done, hidden=hidden, target_forwards=s.target_forwards + active.astype(jnp.int32),
       accepted=s.accepted.at[:, s.step].set(jnp.where(active, committed, -1), mode="drop"),
-      step=s.step + 1)
+      step=s.step + 1, controls=c.controls.advance(s.controls, emitted, count, histories),
+      logprobs=logprobs)
 
 
 def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
                          max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
                          config: ModelConfig, drafter: Drafter, verifier: Verifier, buffer_len: int,
-                         sampling: Sampling | None = None, pad_id: int = 0) -> DecodeOutput:
+                         sampling: Sampling | None = None, pad_id: int = 0,
+                         controls: Controls = Controls()) -> DecodeOutput:
   """Generate with a drafter and a verifier. Arguments as `jaxdec.ar.generate`, plus:
 
     drafter: a `Drafter` (DraftModel, PromptLookup, AdaPLD, or your own);
@@ -158,27 +178,42 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
   cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
   logits, cache, prompt_hidden = prefill(params, prompt, prompt_lengths, cache, config=config,
                                          hidden_layers=layers)
-  first = sample_tokens(logits, sampling, key, rows, prompt_lengths)
+  ctl = controls.start(prompt, prompt_lengths, config.vocab_size)
+  zeros = jnp.zeros((batch,), jnp.int32)
+  ruled = controls.process(logits[:, None], ctl, zeros[:, None], stop_tokens)[:, 0]
+  first = sample_tokens(ruled, sampling, key, rows, prompt_lengths)
+  first_stop, histories = controls.stop_hits(ctl, first[:, None], zeros)
+  ctl = controls.advance(ctl, first[:, None], jnp.ones((batch,), jnp.int32), histories)
   seq = jnp.full((batch, capacity), pad_id, jnp.int32).at[:, :width].set(prompt)
   seq = seq.at[rows, prompt_lengths].set(first)
+  logprobs = None
+  if controls.logprobs:
+    first_logprob = token_logprobs(logits[:, None], first[:, None])[:, 0]
+    logprobs = jnp.zeros((batch, capacity)).at[rows, prompt_lengths].set(first_logprob)
   hidden = None
   if layers:
     hidden = jnp.zeros((len(layers), batch, capacity, config.hidden_size), prompt_hidden.dtype)
     hidden = hidden.at[:, :, :width].set(prompt_hidden)
   state = _SpecState(
       cache=cache, draft_state=drafter.init(prompt, prompt_lengths, capacity), seq=seq,
-      total=prompt_lengths + 1, done=jnp.isin(first, stop_tokens) | (budget <= 1), hidden=hidden,
+      total=prompt_lengths + 1, hidden=hidden,
+      done=jnp.isin(first, stop_tokens) | first_stop[:, 0] | (budget <= 1),
       target_forwards=jnp.ones((batch,), jnp.int32),
-      accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32))
+      accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),
+      controls=ctl, logprobs=logprobs)
   setting = _Step(params=params, drafter=drafter, verifier=verifier, sampling=sampling, key=key,
                   stop_tokens=stop_tokens, prompt_lengths=prompt_lengths, budget=budget,
-                  config=config, layers=layers)
+                  config=config, layers=layers, controls=controls)
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: _step(setting, s), state)
 
   lengths = state.total - prompt_lengths
   offsets = positions(batch, buffer_len, prompt_lengths)
-  tokens = jnp.take_along_axis(state.seq, jnp.minimum(offsets, capacity - 1), 1)
-  tokens = jnp.where(jnp.arange(buffer_len)[None, :] < lengths[:, None], tokens, pad_id)
+  offsets = jnp.minimum(offsets, capacity - 1)
+  produced = jnp.arange(buffer_len)[None, :] < lengths[:, None]
+  tokens = jnp.where(produced, jnp.take_along_axis(state.seq, offsets, 1), pad_id)
+  logprobs = None
+  if state.logprobs is not None:
+    logprobs = jnp.where(produced, jnp.take_along_axis(state.logprobs, offsets, 1), 0.0)
   stats = {
       "acceptance_length": lengths.astype(jnp.float32) / state.target_forwards.astype(jnp.float32),
       "target_forwards": state.target_forwards,
@@ -187,4 +222,4 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
       "nfe": state.target_forwards,
       "steps": state.step,
   }
-  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats)
+  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats, logprobs=logprobs)
