@@ -23,13 +23,16 @@ from jaxdec.model import forward as _forward
 from jaxdec.sampling import Sampling
 
 
-def _place(model: Model, *arrays):
-  """Put batch-leading host arrays on the model's mesh (data-parallel), or leave them as is."""
-  mesh = sharding.model_mesh(model)
-  if mesh is None:
-    return arrays
-  batch = sharding.batch_sharding(mesh, arrays[0].shape[0])
-  return tuple(jax.device_put(a, batch) for a in arrays)
+def _place(model: Model, *inputs):
+  """Per-row inputs (prompts first; lengths, per-row settings) on the model's mesh, split over
+  its data axis and padded to a multiple of it; unchanged without a mesh. With several
+  processes, every process passes the same full batch (see `sharding.place_rows`)."""
+  return sharding.place_rows(sharding.model_mesh(model), *inputs)
+
+
+def _gather(model: Model, out, rows: int):
+  """The outputs of the `rows` real rows, in full on every process (`sharding.gather_rows`)."""
+  return sharding.gather_rows(sharding.model_mesh(model), out, rows)
 
 
 @jax.jit
@@ -50,8 +53,8 @@ def forward(model: Model, tokens) -> jax.Array:
     raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's maximum of "
                      f"{model.config.max_position_embeddings} positions")
   decoding.check_ids(tokens, model.config.vocab_size, "tokens")
-  (tokens,) = _place(model, tokens.astype(np.int32))
-  return _forward_jit(model, tokens)
+  (placed,) = _place(model, tokens.astype(np.int32))
+  return _gather(model, _forward_jit(model, placed), tokens.shape[0])
 
 
 def _ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens):
@@ -147,13 +150,16 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
   controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
                        tokenizer=tokenizer, logprobs=logprobs)
-  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  with streaming.listening(stream) as call_id:
+  rows = prompt.shape[0]
+  prompt, prompt_lengths, sampling, rules = _place(model, prompt, prompt_lengths, sampling,
+                                                   controls.rules)
+  controls = controls.replace(rules=rules)
+  with streaming.listening(stream, rows) as call_id:
     out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
                         controls.rules, controls.stops, call_id, buffer_len=decoding.bucket(budget),
                         logprobs=controls.logprobs, stream=stream is not None)
     out = jax.block_until_ready(out)
-  return _trim(out, budget)
+  return _trim(_gather(model, out, rows), budget)
 
 
 def part_types(*parts) -> tuple:
@@ -208,14 +214,17 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   decoding.check_part(verifier, spec.Verifier, "verifier")
   drafter.check(model.config)
   verifier.check(drafter.tree, sampling)
-  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  with streaming.listening(stream) as call_id:
+  rows = prompt.shape[0]
+  prompt, prompt_lengths, sampling, rules = _place(model, prompt, prompt_lengths, sampling,
+                                                   controls.rules)
+  controls = controls.replace(rules=rules)
+  with streaming.listening(stream, rows) as call_id:
     out = _speculative_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
                            drafter, verifier, controls.rules, controls.stops, call_id,
                            buffer_len=decoding.bucket(budget), parts=part_types(drafter, verifier),
                            logprobs=controls.logprobs, stream=stream is not None)
     out = jax.block_until_ready(out)
-  return _trim(out, budget)
+  return _trim(_gather(model, out, rows), budget)
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "parts"))
@@ -314,8 +323,10 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                            what="temperature > 0 or a random confidence")
   eos = _eos_flags(model, logits_eos_inf, confidence_eos_eot_inf, eos_token_id, eot_token_id)
   stops = decoding.stop_tokens(config, stop_tokens)
-  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  return _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache,
-                        np.broadcast_to(t, (batch,)), cfg if cfg > 0 else None, key, stops,
-                        gen_length=gen_length, block_length=block_length, eos=eos,
-                        parts=part_types(scheduler, scheduler.confidence, cache))
+  prompt, prompt_lengths, t, scheduler = _place(model, prompt, prompt_lengths,
+                                                np.broadcast_to(t, (batch,)), scheduler)
+  out = _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache, t,
+                       cfg if cfg > 0 else None, key, stops, gen_length=gen_length,
+                       block_length=block_length, eos=eos,
+                       parts=part_types(scheduler, scheduler.confidence, cache))
+  return _gather(model, out, batch)

@@ -16,6 +16,78 @@ def _enable_compile_cache() -> None:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+  """Help with each option's default, except an uninformative one (None, a flag's False): such
+  an option's help says what leaving it out does."""
+
+  def _get_help_string(self, action):
+    if action.default is None or action.default is False:
+      return action.help
+    return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+  """An ArgumentParser with `_HelpFormatter`; `add_subparsers` builds sub-parsers of the parent's
+  class, so every sub-command (the bench suites included) shows its defaults."""
+
+  def __init__(self, *args, formatter_class=_HelpFormatter, **kwargs):
+    super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
+def _add_distributed_flags(parser) -> None:
+  """--distributed and its coordinates: the flags that `generate`, `train` and `bench` share."""
+  group = parser.add_argument_group("multi-process (one process per host of a TPU pod slice)")
+  group.add_argument("--distributed", action="store_true",
+                     help="join a multi-process run first (jax.distributed.initialize); on a TPU "
+                          "pod slice JAX reads the coordinates from the environment")
+  group.add_argument("--coordinator", help="with --distributed off TPU: process 0's 'host:port'")
+  group.add_argument("--num-processes", type=_positive_int,
+                     help="with --distributed off TPU: the number of processes")
+  group.add_argument("--process-id", type=int, help="with --distributed off TPU: this process's "
+                                                     "index, 0 .. --num-processes - 1")
+
+
+def _join_distributed(args) -> None:
+  """`jaxdec.sharding.initialize` for --distributed, before anything touches a device."""
+  coordinates = (args.coordinator, args.num_processes, args.process_id) \
+      if hasattr(args, "distributed") else ()
+  given = [c is not None for c in coordinates]
+  if not getattr(args, "distributed", False):
+    if any(given):
+      raise ValueError("--coordinator / --num-processes / --process-id only act with --distributed")
+    return
+  if any(given) and not all(given):
+    raise ValueError("--distributed: pass all of --coordinator, --num-processes and --process-id, "
+                     "or none of them (on TPU JAX reads them from the environment)")
+  from jaxdec import sharding
+
+  sharding.initialize(*coordinates)
+
+
+def _process_mesh():
+  """Every device of every process: data parallel across processes, tensor parallel inside."""
+  import jax
+
+  from jaxdec import sharding
+
+  return sharding.make_mesh(data=jax.process_count(), model=jax.local_device_count())
+
+
+def _unescape(text: str) -> str:
+  """Python string escapes in a flag's value read as such ('\\n' -> a line break)."""
+  return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def _positive_int(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"must be a positive int, got {text!r}")
+  return value
+
+
 def _tokenizer_or_none(path: str):
   """The model's tokenizer, or None when its directory has no tokenizer.json."""
   import jaxdec
@@ -26,47 +98,407 @@ def _tokenizer_or_none(path: str):
     return None
 
 
-def _sampling(args):
-  """None (greedy) for temperature 0; ValueError for settings that greedy decoding would ignore."""
-  import jaxdec
-
-  if args.temperature < 0:
-    raise ValueError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
-  if args.top_k < 0:
-    raise ValueError(f"--top-k must be >= 0 (0 = off), got {args.top_k}")
-  if not 0 < args.top_p <= 1:
-    raise ValueError(f"--top-p must be in (0, 1] (1 = off), got {args.top_p}")
-  if args.temperature == 0:
-    if args.top_k or args.top_p < 1 or args.seed is not None:
-      raise ValueError(f"--top-k {args.top_k} / --top-p {args.top_p} / --seed {args.seed} only "
-                       "act on sampling, but --temperature 0 decodes greedily; pass "
-                       "--temperature > 0 (e.g. 1.0) to sample")
-    return None
-  return jaxdec.Sampling.create(args.temperature, args.top_k, args.top_p)
+METHODS = ("greedy", "sample", "speculative", "diffusion")
+# Flags that only one method reads: giving one picks that method when --method is left out.
+_SPECULATIVE_FLAGS = ("drafter", "num_tokens", "max_ngram", "branches", "verifier")
+_DIFFUSION_FLAGS = ("scheduler", "threshold", "factor", "delta", "cache", "gen_length",
+                    "block_length", "steps")
+# --scheduler NAME -> the flag holding its value.
+_SCHEDULER_VALUES = {"threshold": "threshold", "factor": "factor", "frechet": "delta"}
 
 
-def _cmd_generate(args) -> int:
+def _flag(dest: str) -> str:
+  return "--" + dest.replace("_", "-")
+
+
+def _given(args, dests) -> list[str]:
+  return [d for d in dests if getattr(args, d) is not None]
+
+
+def _requested_method(args) -> tuple[str | None, str]:
+  """(--method, or the method the flags imply, or None to let the model decide; what chose it).
+
+  Raises ValueError naming a flag that the chosen method would ignore."""
+  speculative, diffusion = _given(args, _SPECULATIVE_FLAGS), _given(args, _DIFFUSION_FLAGS)
+  method, why = args.method, f"--method {args.method}"
+  if method is None and speculative and diffusion:
+    raise ValueError(f"{_flag(speculative[0])} is a speculative-decoding flag and "
+                     f"{_flag(diffusion[0])} a diffusion one: pass the flags of one method")
+  if method is None and (speculative or diffusion):
+    method = "speculative" if speculative else "diffusion"
+    why = _flag((speculative or diffusion)[0])
+  for flags, owner in ((speculative, "speculative"), (diffusion, "diffusion")):
+    if flags and method != owner:
+      raise ValueError(f"{_flag(flags[0])} only acts with --method {owner}, not with --method "
+                       f"{method}")
+  if method == "greedy" and args.temperature:
+    raise ValueError(f"--temperature {args.temperature} samples, but --method greedy decodes "
+                     "greedily: drop one of them")
+  if method == "sample" and args.temperature == 0:
+    raise ValueError("--method sample needs --temperature > 0 (left out: 1.0), got --temperature 0")
+  return method, why
+
+
+def _method(args, model) -> str:
+  """The decoding method: as requested, else diffusion for a masked-diffusion model, sample when
+  --temperature > 0, greedy otherwise; ValueError when the model cannot run it."""
+  method, why = _requested_method(args)
+  causal = model.config.is_causal
+  if method is None:
+    method = "diffusion" if not causal else "sample" if args.temperature else "greedy"
+  elif method == "diffusion" and causal:
+    raise ValueError(f"{why} needs a masked-diffusion model (LLaDA, Dream, zoo:pycode-dlm); "
+                     f"--model {args.model} is autoregressive")
+  elif method != "diffusion" and not causal:
+    raise ValueError(f"{why} needs an autoregressive model; --model {args.model} is a "
+                     "masked-diffusion model: leave --method out (diffusion) or pass "
+                     "--method diffusion")
+  if method == "diffusion":
+    controls = [flag for flag, on in (("--stop", args.stop), ("--stream", args.stream),
+                                      ("--logprobs", args.logprobs),
+                                      ("--min-new-tokens", args.min_new_tokens),
+                                      ("--repetition-penalty", args.repetition_penalty != 1.0))
+                if on]
+    if controls:
+      raise ValueError(f"{controls[0]} acts on autoregressive and speculative decoding, not on "
+                       "diffusion decoding")
+  return method
+
+
+def _temperature(args, method: str) -> float:
+  """--temperature, or its default: 1.0 for --method sample, else 0 (greedy)."""
+  if args.temperature is not None:
+    return args.temperature
+  return 1.0 if method == "sample" else 0.0
+
+
+def _sampling(args, method: str):
+  """(Sampling or None for greedy, PRNG key or None); ValueError for a setting that the method
+  would ignore. Diffusion decoding returns its temperature in place of a Sampling."""
   import jax
 
   import jaxdec
 
-  sampling = _sampling(args)
-  model = jaxdec.load(args.model)
-  tokenizer = _tokenizer_or_none(args.model)
+  temperature = _temperature(args, method)
+  if temperature < 0:
+    raise ValueError(f"--temperature must be >= 0 (0 = greedy), got {temperature}")
+  if args.top_k < 0:
+    raise ValueError(f"--top-k must be >= 0 (0 = off), got {args.top_k}")
+  if not 0 < args.top_p <= 1:
+    raise ValueError(f"--top-p must be in (0, 1] (1 = off), got {args.top_p}")
+  if method == "diffusion" and (args.top_k or args.top_p < 1):
+    raise ValueError(f"--top-k {args.top_k} / --top-p {args.top_p} act on autoregressive "
+                     "sampling; diffusion decoding samples with --temperature alone")
+  if temperature == 0:
+    if args.top_k or args.top_p < 1 or args.seed is not None:
+      raise ValueError(f"--top-k {args.top_k} / --top-p {args.top_p} / --seed {args.seed} only "
+                       "act on sampling, but --temperature 0 decodes greedily; pass "
+                       "--temperature > 0 (e.g. 1.0) to sample")
+    return (0.0 if method == "diffusion" else None), None
+  key = jax.random.key(0 if args.seed is None else args.seed)
+  if method == "diffusion":
+    return temperature, key
+  return jaxdec.Sampling.create(temperature, args.top_k, args.top_p), key
+
+
+def _drafter(args):
+  """The --drafter plug-in with its knobs; ValueError naming a knob it does not have."""
+  import jaxdec
+  from jaxdec import spec
+
+  name = args.drafter or "lookup"
+  knobs = {"lookup": ("num_tokens", "max_ngram"), "adapld": ("num_tokens", "max_ngram", "branches"),
+           "draft": ("num_tokens",)}
+  kind = "draft" if name.startswith("draft:") else name
+  if kind not in knobs:
+    raise ValueError(f"--drafter must be lookup, adapld or draft:MODEL (e.g. "
+                     f"draft:zoo:pycode-draft), got {name!r}")
+  for dest in _given(args, ("num_tokens", "max_ngram", "branches")):
+    if dest not in knobs[kind]:
+      raise ValueError(f"{_flag(dest)} does not act on --drafter {name}")
+  if kind == "lookup":
+    given = {d: getattr(args, d) for d in _given(args, knobs["lookup"])}
+    return spec.PromptLookup(**given)
+  if kind == "adapld":
+    given = {{"num_tokens": "depth"}.get(d, d): getattr(args, d) for d in _given(args, knobs["adapld"])}
+    return spec.AdaPLD(**given)
+  path = name[len("draft:"):]
+  if not path:
+    raise ValueError("--drafter draft:MODEL needs the draft model, e.g. draft:zoo:pycode-draft")
+  num_tokens = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
+  return spec.DraftModel(jaxdec.load(path), **num_tokens)
+
+
+def _verifier(args):
+  """The --verifier plug-in, or None: the API's default (greedy without sampling, else exact)."""
+  from jaxdec import spec
+
+  parts = {"greedy": spec.Greedy, "exact": spec.Exact, "truncation": spec.Truncation,
+           "collaborative": spec.Collaborative}
+  return None if args.verifier is None else parts[args.verifier]()
+
+
+def _scheduler(args):
+  """The --scheduler plug-in with its value (--threshold / --factor / --delta, whose presence
+  alone picks the scheduler), or None: the API's default for the model."""
+  from jaxdec import diffusion
+
+  values = [s for s, dest in _SCHEDULER_VALUES.items() if getattr(args, dest) is not None]
+  if len(values) > 1:
+    raise ValueError(f"{_flag(_SCHEDULER_VALUES[values[0]])} and "
+                     f"{_flag(_SCHEDULER_VALUES[values[1]])} are values of two schedulers: "
+                     "pass one")
+  name = args.scheduler or (values[0] if values else None)
+  if values and values[0] != name:
+    raise ValueError(f"{_flag(_SCHEDULER_VALUES[values[0]])} is the value of --scheduler "
+                     f"{values[0]}, not of --scheduler {name}")
+  if name is None:
+    return None
+  value = getattr(args, _SCHEDULER_VALUES.get(name, ""), None)
+  given = () if value is None else (value,)
+  parts = {"fixed": diffusion.FixedSteps, "dream": diffusion.Dream,
+           "threshold": diffusion.Threshold, "factor": diffusion.Factor,
+           "frechet": diffusion.Frechet}
+  return parts[name](*given)
+
+
+def _diffusion_shape(args) -> tuple[int, int, int]:
+  """(gen_length, block_length, steps) with their defaults: --max-new-tokens, 32 (or the whole
+  canvas when shorter), one step per token; ValueError naming the flag that does not divide."""
+  gen = args.max_new_tokens if args.gen_length is None else args.gen_length
+  gen_flag = "--max-new-tokens" if args.gen_length is None else "--gen-length"
+  block = min(32, gen) if args.block_length is None else args.block_length
+  steps = gen if args.steps is None else args.steps
+  if gen < 1 or block < 1 or steps < 1:
+    raise ValueError(f"--gen-length {gen} / --block-length {block} / --steps {steps} must be "
+                     "positive")
+  if gen % block:
+    raise ValueError(f"{gen_flag} {gen} (the canvas length) is not a multiple of --block-length "
+                     f"{block}")
+  if steps % (gen // block):
+    raise ValueError(f"--steps {steps} is not a multiple of the number of blocks, "
+                     f"{gen} // {block} = {gen // block}")
+  return gen, block, steps
+
+
+def _decoder(args, model, method: str, tokenizer=None, stream=None):
+  """fn(prompts: list of token-id lists) -> DecodeOutput; plug-ins and draft models built once.
+  `stream`: the AR / speculative loops' per-step callback (jaxdec.generate's `stream`)."""
+  import jaxdec
+  from jaxdec import diffusion
+
+  sampling, key = _sampling(args, method)
+  if method == "diffusion":
+    gen, block, steps = _diffusion_shape(args)
+    scheduler = _scheduler(args)
+    cache = {None: None, "none": None, "prefix": diffusion.PrefixCache(),
+             "dual": diffusion.DualCache()}[args.cache]
+    return lambda prompts: jaxdec.diffusion_generate(
+        model, prompts, gen_length=gen, block_length=block, steps=steps, scheduler=scheduler,
+        cache=cache, temperature=sampling, key=key)
+  budget = {"max_new_tokens": args.max_new_tokens, "sampling": sampling, "key": key,
+            "min_new_tokens": args.min_new_tokens, "repetition_penalty": args.repetition_penalty,
+            "logprobs": args.logprobs, "stream": stream}
+  if args.stop:
+    budget.update(stop_strings=args.stop, tokenizer=tokenizer)
+  if method == "speculative":
+    drafter, verifier = _drafter(args), _verifier(args)
+    return lambda prompts: jaxdec.speculative_generate(model, prompts, drafter, verifier, **budget)
+  return lambda prompts: jaxdec.generate(model, prompts, **budget)
+
+
+def _read_prompts_file(path: str) -> list[tuple[str | None, list[int] | None]]:
+  """(text, None) or (None, ids) per prompt: a .jsonl file holds one JSON object a line with
+  "prompt" (text) or "prompt_ids" (token ids); any other file one text prompt a line."""
+  import json
+
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"--prompts-file not found: {path}")
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()  # The file's final newline ends the last prompt; it starts none.
+  lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+  if not path.endswith(".jsonl"):
+    if not lines:
+      raise ValueError(f"--prompts-file {path} holds no prompt")
+    return [(line, None) for line in lines]
+  prompts = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    where = f"--prompts-file {path} line {number}"
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{where} is not JSON: {e}") from None
+    if not isinstance(record, dict) or ("prompt" in record) == ("prompt_ids" in record):
+      raise ValueError(f'{where}: need an object with "prompt" (text) or "prompt_ids" (token '
+                       f"ids), got {line[:80]!r}")
+    if "prompt" in record:
+      if not isinstance(record["prompt"], str):
+        raise ValueError(f'{where}: "prompt" must be a string, got {record["prompt"]!r}')
+      prompts.append((record["prompt"], None))
+    else:
+      ids = record["prompt_ids"]
+      if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                              for t in ids):
+        raise ValueError(f'{where}: "prompt_ids" must be a list of ints, got {ids!r}')
+      prompts.append((None, ids))
+  if not prompts:
+    raise ValueError(f"--prompts-file {path} holds no prompt")
+  return prompts
+
+
+def _prompts(args) -> list[tuple[str | None, list[int] | None]]:
+  if args.prompts_file is not None:
+    return _read_prompts_file(args.prompts_file)
   if args.prompt_ids is not None:
-    prompt = [int(t) for t in args.prompt_ids.split()]
-  elif tokenizer is None:
-    raise SystemExit(f"{args.model} has no tokenizer.json: pass --prompt-ids '1 2 3' instead of --prompt")
-  else:
-    prompt = tokenizer.encode(args.prompt)  # BOS first when the tokenizer has one.
-  key = None if sampling is None else jax.random.key(args.seed or 0)
-  out = jaxdec.generate(model, [prompt], max_new_tokens=args.max_new_tokens, sampling=sampling,
-                        key=key)
-  ids = out.tokens[0, : int(out.lengths[0])].tolist()
-  if tokenizer is not None and args.prompt_ids is None:
-    print(args.prompt + tokenizer.decode(ids))
-  else:
-    print(" ".join(map(str, ids)))
+    try:
+      return [(None, [int(t) for t in args.prompt_ids.split()])]
+    except ValueError:
+      raise ValueError(f"--prompt-ids must be space-separated ints, got {args.prompt_ids!r}") from None
+  return [("" if args.prompt is None else args.prompt, None)]
+
+
+def _one_line(text: str) -> str:
+  """Backslashes and line breaks escaped (\\\\, \\n, \\r): one output line per prompt."""
+  return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _check_controls(args, tokenizer) -> None:
+  """ValueError for a --stop / --stream / --logprobs that this run cannot honour."""
+  if args.stop and tokenizer is None:
+    raise ValueError(f"--stop matches text: it needs the model's tokenizer.json, and {args.model} "
+                     "has none")
+  if args.stream and (args.prompts_file is not None or args.jsonl):
+    raise ValueError("--stream prints one prompt's completion as it grows; it does not combine "
+                     f"with {'--prompts-file' if args.prompts_file is not None else '--jsonl'}")
+  if args.logprobs and not args.jsonl:
+    raise ValueError('--logprobs adds a "logprobs" list to each --jsonl record: pass --jsonl')
+
+
+class _StreamPrinter:
+  """--stream: the prompt, then each step's new text (or ids) as the loop produces it."""
+
+  def __init__(self, tokenizer, prompt: str | None):
+    from jaxdec.text import TextStream
+
+    self.ids, self.text = [], None
+    if tokenizer is not None:
+      self.text = TextStream(tokenizer, 1, lambda _, piece: print(piece, end="", flush=True))
+    if prompt is not None:
+      print(prompt, end="", flush=True)
+
+  def __call__(self, step_tokens) -> None:
+    if self.text is not None:
+      self.text(step_tokens)
+      return
+    new = [int(t) for t in step_tokens[0]]
+    if new:
+      print((" " if self.ids else "") + " ".join(map(str, new)), end="", flush=True)
+      self.ids += new
+
+  def close(self, completion: list[int]) -> None:
+    """What the stream has not shown yet (a trailing partial character), then the newline."""
+    if self.text is not None:
+      print(self.text.remainder(0, completion), end="")
+    print(flush=True)
+
+
+class _Stats:
+  """Totals over the prompts for --stats (padding rows of a last short batch excluded)."""
+
+  def __init__(self, method: str):
+    self.method, self.prompts, self.tokens, self.forwards = method, 0, 0, 0
+    self.draft_forwards, self.canvas = 0, 0
+
+  def add(self, out, rows: int) -> None:
+    import numpy as np
+
+    self.prompts += rows
+    self.tokens += int(np.asarray(out.lengths[:rows]).sum())
+    self.forwards += int(np.asarray(out.stats["nfe"][:rows]).sum())
+    if "draft_forwards" in out.stats:
+      self.draft_forwards += int(np.asarray(out.stats["draft_forwards"][:rows]).sum())
+    self.canvas += rows * int(out.tokens.shape[1])
+
+  def line(self) -> str:
+    per = lambda n: n / max(self.forwards, 1)
+    head = (f"{self.method}: {self.prompts} prompt{'s' * (self.prompts != 1)}, {self.tokens:,} "
+            "tokens")
+    if self.method == "diffusion":
+      return (f"{head} (to the first stop token) from {self.forwards:,} forwards (model passes "
+              f"over the canvas): {per(self.canvas):.2f} tokens/forward ({self.canvas:,} canvas "
+              "tokens / forwards)")
+    line = (f"{head} from {self.forwards:,} forwards (target forward passes, prefill included): "
+            f"{per(self.tokens):.2f} tokens/forward")
+    if self.method == "speculative":
+      line += (f", acceptance length {per(self.tokens):.2f}, {self.draft_forwards:,} draft "
+               "forwards")
+    return line
+
+
+def _cmd_generate(args) -> int:
+  import json
+
+  import numpy as np
+
+  import jaxdec
+  from jaxdec.text import cut_at_stop
+
+  _requested_method(args)  # Contradictory flags and bad prompt files fail before loading.
+  prompts = _prompts(args)
+  model = jaxdec.load(args.model)
+  if args.distributed:
+    model = jaxdec.shard(model, _process_mesh())
+  method = _method(args, model)
+  tokenizer = _tokenizer_or_none(args.model)
+  if tokenizer is None and any(text is not None for text, _ in prompts):
+    raise ValueError(f"{args.model} has no tokenizer.json: pass token ids (--prompt-ids '1 2 3', "
+                     'or a .jsonl --prompts-file of {"prompt_ids": [...]}) instead of text')
+  _check_controls(args, tokenizer)
+  ids = [tokenizer.encode(text) if text is not None else given  # BOS first, as trained.
+         for text, given in prompts]
+  if args.stream:
+    text = prompts[0][0]
+    printer = _StreamPrinter(tokenizer if text is not None else None, text)
+    out = _decoder(args, model, method, tokenizer, stream=printer)(ids)
+    printer.close(out.tokens[0, : int(out.lengths[0])].tolist())
+    if args.stats:
+      stats = _Stats(method)
+      stats.add(out, 1)
+      print(f"jaxdec generate: {stats.line()}", file=sys.stderr)
+    return 0
+  decode = _decoder(args, model, method, tokenizer)
+  many, stats = args.prompts_file is not None, _Stats(method)
+  for start in range(0, len(ids), args.batch_size):
+    chunk = ids[start: start + args.batch_size]
+    rows = len(chunk)
+    if len(ids) > args.batch_size:  # A short last batch reuses the full batch's program.
+      chunk = chunk + [chunk[-1]] * (args.batch_size - rows)
+    out = decode(chunk)
+    stats.add(out, rows)
+    tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    for index, ((text, given), row, length) in enumerate(zip(prompts[start: start + rows],
+                                                             tokens, lengths)):
+      completion = row[: int(length)].tolist()
+      if args.jsonl:
+        record = {"prompt": text} if text is not None else {"prompt_ids": given}
+        if tokenizer is not None:
+          record["completion"] = cut_at_stop(tokenizer.decode(completion), args.stop)
+        record["completion_ids"] = completion
+        if args.logprobs:
+          record["logprobs"] = np.asarray(out.logprobs[index, : len(completion)]).tolist()
+        print(json.dumps(record, ensure_ascii=False))
+      elif text is not None:
+        full = text + cut_at_stop(tokenizer.decode(completion), args.stop)
+        print(_one_line(full) if many else full)
+      else:
+        print(" ".join(map(str, completion)))
+    sys.stdout.flush()
+  if args.stats:
+    print(f"jaxdec generate: {stats.line()}", file=sys.stderr)
   return 0
 
 
@@ -88,19 +520,20 @@ def _cmd_bench(args) -> int:
     from jaxdec.bench import ar
 
     ar.run(args.model, batch_sizes=tuple(args.batch_sizes), prompt_len=args.prompt_len,
-           new_tokens=args.new_tokens, repeats=args.repeats, out=args.out, peers=not args.no_peers)
+           new_tokens=args.new_tokens, repeats=args.repeats, out=args.out, peers=not args.no_peers,
+           plot=args.plot)
   elif args.suite == "spec":
     from jaxdec.bench import spec
 
     spec.run(args.model, args.draft, num_prompts=args.prompts, new_tokens=args.new_tokens,
              num_tokens=tuple(args.num_tokens), repeats=args.repeats, peers=not args.no_peers,
-             out=args.out)
+             out=args.out, plot=args.plot)
   else:
     from jaxdec.bench import diffusion
 
     diffusion.run(args.model, batch_sizes=tuple(args.batch_sizes), num_prompts=args.prompts,
                   gen_length=args.gen_length, block_length=args.block_length,
-                  repeats=args.repeats, names=args.configs, out=args.out)
+                  repeats=args.repeats, names=args.configs, out=args.out, plot=args.plot)
   return 0
 
 
@@ -109,6 +542,7 @@ def _cmd_train(args) -> int:
   import json
 
   from jaxdec.configs import load_config
+  from jaxdec.train.trainer import TrainingInterrupted
   from jaxdec.train.zoo import train_and_export
 
   cfg = load_config(args.config)
@@ -116,7 +550,12 @@ def _cmd_train(args) -> int:
     cfg = dataclasses.replace(cfg, steps=args.steps, warmup_steps=min(cfg.warmup_steps, args.steps // 10))
   workdir = args.workdir or os.path.join("runs", cfg.name)
   export = None if args.no_export else (args.export or os.path.join(workdir, "export"))
-  meta = train_and_export(cfg, workdir, export, third_party_dir=args.third_party)
+  try:
+    meta = train_and_export(cfg, workdir, export, third_party_dir=args.third_party, plot=args.plot)
+  except TrainingInterrupted as e:
+    print(f"jaxdec train: interrupted at step {e.step}; checkpoint saved in {e.directory} (the "
+          f"same command resumes from it)", file=sys.stderr)
+    return 130
   print(json.dumps({k: meta[k] for k in ("name", "steps", "tokens_seen", "train_seconds", "eval")},
                    indent=2, default=str))
   if export:
@@ -130,7 +569,13 @@ def _cmd_eval(args) -> int:
   from jaxdec import corpus
   from jaxdec.train.evaluate import bits_per_byte, eval_window
 
+  if args.plot:
+    from jaxdec import plots
+
+    plots.require()
   sets = {}
+  if args.stdlib or not args.data:  # Without --data: the split the zoo's figures are quoted on.
+    sets["stdlib validation"] = corpus.stdlib_split("validation")
   for directory in args.data or []:
     if not os.path.isdir(directory):
       raise FileNotFoundError(f"--data directory not found: {directory}")
@@ -144,18 +589,21 @@ def _cmd_eval(args) -> int:
   if not 2 <= seq_len <= model.config.max_position_embeddings:
     raise ValueError(f"--seq-len must be in [2, {model.config.max_position_embeddings}] (the "
                      f"model's positions), got {seq_len}")
-  sets = {"stdlib validation": corpus.stdlib_split("validation"), **sets}
   rows = []
   for name, files in sets.items():
     texts, skipped = corpus.read_texts(files)
     if not texts:
       raise ValueError(f"{name}: none of its {len(files)} .py files is readable UTF-8 text")
-    result = bits_per_byte(model, tokenizer, texts, seq_len=seq_len)
+    result = bits_per_byte(model, tokenizer, texts, seq_len=seq_len, progress=True, desc=name)
     rows.append({"data": name, "files": len(texts), "tokens": result["tokens"],
                  "nats/token": result["nats_per_token"], "bits/byte": result["bits_per_byte"]})
   kind = "exact next-token NLL" if model.config.is_causal else "masked-diffusion ELBO bound"
   print(f"{args.model}: {kind}, windows of {seq_len} tokens")
   print(format_table(rows, ["data", "files", "tokens", "nats/token", "bits/byte"]))
+  if args.plot:
+    fig = plots.bits_per_byte_bars([r["data"] for r in rows], [r["bits/byte"] for r in rows],
+                                   title=f"{args.model}: {kind}, windows of {seq_len} tokens")
+    print(f"wrote {plots.save(fig, args.plot)}")
   return 0
 
 
@@ -166,6 +614,9 @@ def _cmd_demo(args) -> int:
   return 0
 
 
+_PLOT_EXTRA = "pip install 'jaxdec[plot]'"
+
+
 def _add_bench_parser(sub) -> None:
   """`jaxdec bench ar | spec | diffusion`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
@@ -173,83 +624,227 @@ def _add_bench_parser(sub) -> None:
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
   ar.add_argument("--model", default="random",
                   help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
-  ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-  ar.add_argument("--prompt-len", type=int, default=128)
-  ar.add_argument("--new-tokens", type=int, default=128)
-  ar.add_argument("--repeats", type=int, default=5)
+  ar.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8],
+                  help="one table row per batch size")
+  ar.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row")
+  ar.add_argument("--new-tokens", type=int, default=128, help="tokens generated per row")
+  ar.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
   ar.add_argument("--no-peers", action="store_true", help="skip transformers")
   ar.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
+  ar.add_argument("--plot", action="store_true",
+                  help="also write OUT_speedup.png next to --out: jaxdec's speedup over "
+                       "transformers per batch size (needs matplotlib: " + _PLOT_EXTRA + ")")
   sp = suites.add_parser("spec", help="speculative decoding vs AR and transformers' assisted / lookup")
-  sp.add_argument("--model", default="zoo:pycode-ar")
-  sp.add_argument("--draft", default="zoo:pycode-draft")
-  sp.add_argument("--prompts", type=int, default=8)
-  sp.add_argument("--new-tokens", type=int, default=64)
+  sp.add_argument("--model", default="zoo:pycode-ar", help="target: zoo:NAME or a checkpoint dir")
+  sp.add_argument("--draft", default="zoo:pycode-draft", help="draft model (the target's tokenizer)")
+  sp.add_argument("--prompts", type=int, default=8, help="held-out code prompts")
+  sp.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt")
   sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
-  sp.add_argument("--repeats", type=int, default=3)
+  sp.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   sp.add_argument("--no-peers", action="store_true", help="skip transformers")
-  sp.add_argument("--out", default="bench_results/spec.json")
+  sp.add_argument("--out", default="bench_results/spec.json", help="JSON output path")
+  sp.add_argument("--plot", action="store_true",
+                  help="also write OUT_speedup.png (speedup over jaxdec greedy AR per method) "
+                       "and OUT_acceptance.png (tokens per verification step, per drafter) next "
+                       "to --out (needs matplotlib: " + _PLOT_EXTRA + ")")
   df = suites.add_parser("diffusion", help="diffusion schedulers x caches vs the LLaDA baseline")
-  df.add_argument("--model", default="zoo:pycode-dlm")
-  df.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
-  df.add_argument("--prompts", type=int, default=4)
-  df.add_argument("--gen-length", type=int, default=256)
-  df.add_argument("--block-length", type=int, default=32)
-  df.add_argument("--repeats", type=int, default=3)
+  df.add_argument("--model", default="zoo:pycode-dlm",
+                  help="'random' (seeded, pycode-dlm's size), zoo:NAME or a checkpoint dir")
+  df.add_argument("--batch-sizes", type=int, nargs="+", default=[1], help="batch sizes to measure")
+  df.add_argument("--prompts", type=int, default=4, help="held-out code prompts")
+  df.add_argument("--gen-length", type=int, default=256, help="canvas tokens per prompt")
+  df.add_argument("--block-length", type=int, default=32, help="tokens a block")
+  df.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
-  df.add_argument("--out", default="bench_results/diffusion.json")
+  df.add_argument("--out", default="bench_results/diffusion.json", help="JSON output path")
+  df.add_argument("--plot", action="store_true",
+                  help="also write OUT_speedup.png (speedup over the baseline per configuration) "
+                       "and OUT_tokens_per_forward.png next to --out (needs matplotlib: "
+                       + _PLOT_EXTRA + ")")
+  for suite in (ar, sp, df):
+    _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="jaxdec", description="Fast LM decoding in JAX.")
-  sub = parser.add_subparsers(dest="command", required=True)
+def _add_decoding_controls(gen) -> None:
+  """`jaxdec generate`'s controls: stop texts, rules, log-probabilities, streaming."""
+  controls = gen.add_argument_group("controls (autoregressive and speculative decoding)")
+  controls.add_argument("--stop", action="append", metavar="TEXT", type=_unescape,
+                        help="end a completion where this text completes, cut right after it "
+                             "(repeatable; \\n, \\t are read as escapes; needs tokenizer.json)")
+  controls.add_argument("--min-new-tokens", type=int, default=0,
+                        help="no stop token or --stop text before this many tokens")
+  controls.add_argument("--repetition-penalty", type=float, default=1.0,
+                        help="penalise the tokens already in the row, prompt included (CTRL's "
+                             "rule, as transformers; 1 = off)")
+  controls.add_argument("--logprobs", action="store_true",
+                        help='add each completion token\'s log-probability ("logprobs") to the '
+                             "--jsonl records")
+  controls.add_argument("--stream", action="store_true",
+                        help="print the completion as it is decoded (one prompt; streamed "
+                             "text is not cut after a --stop text)")
 
-  demo = sub.add_parser("demo", help="complete held-out code with the shipped zoo models")
-  demo.add_argument("--prompts", type=int, default=3)
-  demo.add_argument("--new-tokens", type=int, default=64)
-  demo.set_defaults(fn=_cmd_demo)
 
-  gen = sub.add_parser("generate", help="generate a completion with a model")
+def _add_sampling_flags(gen) -> None:
+  """`jaxdec generate`'s sampling settings."""
+  sample = gen.add_argument_group("sampling (--method sample, speculative, diffusion)")
+  sample.add_argument("--temperature", type=float,
+                      help="0 = greedy; > 0 samples (needed by --top-k / --top-p / --seed); "
+                           "left out: 1.0 with --method sample, else 0")
+  sample.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0 = off)")
+  sample.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+  sample.add_argument("--seed", type=int, help="sampling seed (left out: 0)")
+
+
+def _add_speculative_flags(gen) -> None:
+  """`jaxdec generate`'s drafter and verifier."""
+  speculative = gen.add_argument_group(
+      "speculative decoding (any of these implies --method speculative)")
+  speculative.add_argument("--drafter", metavar="{lookup,adapld,draft:MODEL}",
+                           help="lookup (prompt lookup), adapld (lookup with a semantic "
+                                "fallback, tree drafts) or draft:MODEL, a small AR model with "
+                                "the target's tokenizer (e.g. draft:zoo:pycode-draft); left out: "
+                                "lookup")
+  speculative.add_argument("--num-tokens", type=_positive_int,
+                           help="draft tokens a step (adapld: a branch's depth); left out: the "
+                                "drafter's default (lookup 6, draft 4, adapld 4)")
+  speculative.add_argument("--max-ngram", type=_positive_int,
+                           help="longest n-gram lookup / adapld match (left out: 3)")
+  speculative.add_argument("--branches", type=_positive_int,
+                           help="adapld: continuations verified together as a tree (left out: 3)")
+  speculative.add_argument("--verifier", choices=("greedy", "exact", "truncation", "collaborative"),
+                           help="greedy and exact are lossless; truncation and collaborative "
+                                "(lossy, their default settings) accept more drafts; left out: "
+                                "greedy, or exact when sampling")
+
+
+def _add_diffusion_flags(gen) -> None:
+  """`jaxdec generate`'s scheduler, cache and canvas."""
+  dllm = gen.add_argument_group("diffusion decoding (any of these implies --method diffusion)")
+  dllm.add_argument("--scheduler", choices=("fixed", "threshold", "factor", "frechet", "dream"),
+                    help="which masks a step commits: fixed (LLaDA, --steps per canvas), "
+                         "threshold / factor / frechet (Fast-dLLM, with --threshold / --factor / "
+                         "--delta), dream; left out: dream for a shifted-logit (Dream) model, "
+                         "else fixed")
+  dllm.add_argument("--threshold", type=float,
+                    help="--scheduler threshold: commit every mask this confident (left out: 0.9)")
+  dllm.add_argument("--factor", type=float, help="--scheduler factor: its f (left out: 1.0)")
+  dllm.add_argument("--delta", type=float, help="--scheduler frechet: its delta (left out: 0.25)")
+  dllm.add_argument("--cache", choices=("none", "prefix", "dual"),
+                    help="none (exact), or Fast-dLLM's approximate prefix / dual KV cache; left "
+                         "out: none")
+  dllm.add_argument("--gen-length", type=_positive_int,
+                    help="canvas tokens per prompt, a multiple of --block-length (left out: "
+                         "--max-new-tokens)")
+  dllm.add_argument("--block-length", type=_positive_int,
+                    help="tokens a block; blocks are decoded left to right (left out: 32, or "
+                         "the canvas when shorter)")
+  dllm.add_argument("--steps", type=_positive_int,
+                    help="forwards of the step-counting schedulers (fixed, dream) over the whole "
+                         "canvas, a multiple of the number of blocks (left out: --gen-length)")
+
+
+def _add_generate_parser(sub) -> None:
+  """`jaxdec generate`: prompts, method and output, then each method's flags."""
+  gen = sub.add_parser(
+      "generate", help="complete prompts with a model: greedy, sampled, speculative or diffusion",
+      description="Complete one prompt (--prompt, --prompt-ids) or a file of them "
+                  "(--prompts-file) with greedy, sampled, speculative or diffusion decoding. "
+                  "--method defaults to diffusion for a masked-diffusion model; for an "
+                  "autoregressive one, to speculative when a speculative flag is given, to sample "
+                  "when --temperature > 0, else greedy.")
   gen.add_argument("--model", required=True, help="zoo:NAME, an HF checkpoint dir or an orbax dir")
-  gen.add_argument("--prompt", default="",
-                   help="prompt text (needs the model's tokenizer.json; encoded with BOS first, "
-                        "as the model was trained)")
-  gen.add_argument("--max-new-tokens", type=int, default=64)
-  gen.add_argument("--prompt-ids", help="prompt as space-separated token ids (used as given)")
-  gen.add_argument("--temperature", type=float, default=0.0,
-                   help="0 = greedy; > 0 samples (needed by --top-k / --top-p)")
-  gen.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0 = off)")
-  gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
-  gen.add_argument("--seed", type=int, default=None, help="sampling seed (default 0)")
+  source = gen.add_mutually_exclusive_group()
+  source.add_argument("--prompt", metavar="TEXT",
+                      help="prompt text (needs the model's tokenizer.json; encoded with BOS "
+                           "first, as the model was trained); left out: the empty prompt")
+  source.add_argument("--prompt-ids", metavar="IDS", help="prompt as space-separated token ids (used as given)")
+  source.add_argument("--prompts-file", metavar="PATH",
+                      help="many prompts: a text file of one prompt a line, or a .jsonl file of "
+                           'one {"prompt": TEXT} or {"prompt_ids": [IDS]} object a line (for '
+                           "prompts with line breaks); printed one a line in input order (text "
+                           "as prompt + completion with \\n, \\r, \\\\ escaped)")
+  gen.add_argument("--batch-size", type=_positive_int, default=8,
+                   help="prompts of --prompts-file decoded together; greedy output does not "
+                        "depend on it, sampled output does (a row's random stream is keyed by "
+                        "its row in the batch)")
+  gen.add_argument("--jsonl", action="store_true",
+                   help='print one JSON object a prompt: "prompt" (or "prompt_ids"), '
+                        '"completion" (with a tokenizer) and "completion_ids", text unescaped')
+  gen.add_argument("--stats", action="store_true",
+                   help="print forwards, tokens per forward and (speculative) the acceptance "
+                        "length to stderr")
+  gen.add_argument("--max-new-tokens", type=int, default=64,
+                   help="tokens to generate per prompt (diffusion: the default --gen-length)")
+  gen.add_argument("--method", choices=METHODS,
+                   help="decoding method; left out: from the model and the flags (see above)")
+  _add_decoding_controls(gen)
+  _add_sampling_flags(gen)
+  _add_speculative_flags(gen)
+  _add_diffusion_flags(gen)
+  _add_distributed_flags(gen)
   gen.set_defaults(fn=_cmd_generate)
 
-  conv = sub.add_parser("convert", help="convert a Hugging Face checkpoint to an orbax checkpoint")
-  conv.add_argument("--from-hf", required=True, help="HF checkpoint directory or zoo:NAME")
-  conv.add_argument("--out", required=True, help="output directory")
-  conv.add_argument("--dtype", default="keep", choices=["keep", "float32", "bfloat16", "float16"])
-  conv.set_defaults(fn=_cmd_convert)
 
+def _add_train_parser(sub) -> None:
+  """`jaxdec train`."""
   train = sub.add_parser("train", help="train a model from a recipe (zoo:NAME or a config file)")
   train.add_argument("--config", required=True,
                      help="zoo:NAME (a shipped recipe, e.g. zoo:pycode-ar) or a Python file with "
                           "get_config() -> TrainConfig")
   train.add_argument("--workdir", help="checkpoints and metrics (default runs/NAME); resumes if present")
   train.add_argument("--export", help="HF-format output dir (default WORKDIR/export)")
-  train.add_argument("--no-export", action="store_true")
+  train.add_argument("--no-export", action="store_true", help="train only; write no HF-format dir")
   train.add_argument("--steps", type=int, help="override the number of steps")
   train.add_argument("--third-party", help="a directory of .py files the model never saw, evaluated at the end")
+  train.add_argument("--plot", action=argparse.BooleanOptionalAction,
+                     help="write WORKDIR/training.png (loss and validation bits per byte vs "
+                          "step) at the end; left out: when matplotlib is installed")
+  _add_distributed_flags(train)
   train.set_defaults(fn=_cmd_train)
 
+
+def _add_eval_parser(sub) -> None:
+  """`jaxdec eval`."""
   ev = sub.add_parser("eval", help="validation bits per byte of a model")
-  ev.add_argument("--model", required=True)
-  ev.add_argument("--data", nargs="*", help="extra directories of .py files to evaluate on")
-  ev.add_argument("--max-files", type=int, default=None)
+  ev.add_argument("--model", required=True, help="zoo:NAME, an HF checkpoint dir or an orbax dir")
+  ev.add_argument("--data", nargs="*",
+                  help="directories of .py files to evaluate on (only these, unless --stdlib); "
+                       "left out: the stdlib validation split")
+  ev.add_argument("--stdlib", action="store_true",
+                  help="with --data: also evaluate on the stdlib validation split")
+  ev.add_argument("--max-files", type=int, default=None,
+                  help="evaluate on at most this many files of each --data directory (left out: all)")
   ev.add_argument("--seq-len", type=int, default=None,
-                  help="window in tokens; default: the window the model was evaluated with when it "
-                       "was trained (its zoo.json recipe's seq_len), else "
-                       "min(max_position_embeddings, 512)")
+                  help="window in tokens; left out: the window the model was trained and "
+                       "evaluated with (its zoo.json recipe's seq_len), so figures match the "
+                       "recorded ones, else the model's context length (max_position_embeddings)")
+  ev.add_argument("--plot", metavar="OUT.png",
+                  help="also draw bits per byte per data set as a PNG at this path (needs "
+                       "matplotlib: " + _PLOT_EXTRA + ")")
   ev.set_defaults(fn=_cmd_eval)
 
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = _Parser(prog="jaxdec", description="Fast LM decoding in JAX.")
+  sub = parser.add_subparsers(dest="command", required=True)
+
+  demo = sub.add_parser("demo", help="complete held-out code with the shipped zoo models")
+  demo.add_argument("--prompts", type=_positive_int, default=3, help="held-out code prompts")
+  demo.add_argument("--new-tokens", type=_positive_int, default=64, help="tokens per completion")
+  demo.set_defaults(fn=_cmd_demo)
+
+  _add_generate_parser(sub)
+
+  conv = sub.add_parser("convert", help="convert a Hugging Face checkpoint to an orbax checkpoint")
+  conv.add_argument("--from-hf", required=True, help="HF checkpoint directory or zoo:NAME")
+  conv.add_argument("--out", required=True, help="output directory")
+  conv.add_argument("--dtype", default="keep", choices=["keep", "float32", "bfloat16", "float16"],
+                    help="weight dtype of the checkpoint (keep = as stored)")
+  conv.set_defaults(fn=_cmd_convert)
+
+  _add_train_parser(sub)
+  _add_eval_parser(sub)
   _add_bench_parser(sub)
   return parser
 
@@ -258,8 +853,9 @@ def main(argv: list[str] | None = None) -> int:
   args = build_parser().parse_args(argv)
   _enable_compile_cache()
   try:
+    _join_distributed(args)
     return args.fn(args)
-  except (ValueError, FileNotFoundError) as e:
+  except (ValueError, FileNotFoundError, ImportError) as e:
     print(f"jaxdec {args.command}: error: {e}", file=sys.stderr)
     return 2
 

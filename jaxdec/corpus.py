@@ -1,9 +1,14 @@
-"""The zoo's corpus: the CPython standard-library sources of the running interpreter.
+"""The zoo's corpora: by default the CPython standard-library sources of the running interpreter.
 
 Every machine has it, no download. Files are listed in sorted relative-path order and split
 train / validation by a stable hash of the relative path, so the split is the same on every
 machine with the same Python version. Token streams are cached as .npy next to nothing else the
 user owns (`~/.cache/jaxdec/corpus`).
+
+A recipe picks another text source with `TrainConfig(data=Windows(source))`: any object with a
+`name`, a `key()` that changes whenever its documents do, `documents(split)` for 'train' and
+'validation', and the `vocab_size` / `individual_digits` of the tokenizer trained on it
+(`jaxdec.tasks.gsm_synth.Corpus` is one).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import hashlib
 import os
 import sys
 import sysconfig
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,22 +71,55 @@ def read_texts(files: list[SourceFile]) -> tuple[list[str], list[str]]:
   return texts, skipped
 
 
+@dataclasses.dataclass(frozen=True)
+class Stdlib:
+  """The default text source: the stdlib sources of this interpreter, split by `stdlib_split`."""
+
+  name: ClassVar[str] = "stdlib"
+  vocab_size: ClassVar[int] = 4096
+  individual_digits: ClassVar[bool] = False
+
+  def key(self) -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+
+  def documents(self, split: str) -> list[str]:
+    return read_texts(stdlib_split(split))[0]
+
+
+STDLIB = Stdlib()
+
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+  """`TrainConfig.data` for training on random windows of `source`'s train split (its
+  tokenizer, validation windows and final evaluation come from the same source)."""
+
+  source: Any = STDLIB
+
+  def build(self, stream: np.ndarray, progress: bool = True) -> np.ndarray:
+    return stream  # `stream` is already the source's train split.
+
+
+def source_of(data) -> Any:
+  """The text source a `TrainConfig.data` reads: its `source`, else the stdlib."""
+  return getattr(data, "source", STDLIB)
+
+
 def cache_dir() -> str:
   path = os.environ.get("JAXDEC_DATA_DIR", os.path.expanduser("~/.cache/jaxdec/corpus"))
   os.makedirs(path, exist_ok=True)
   return path
 
 
-def token_stream(split: str, tokenizer) -> np.ndarray:
-  """uint16/int32 token ids of a split: files joined as BOS text EOS. Cached on disk, keyed by
-  Python version, split and the tokenizer's content."""
+def token_stream(split: str, tokenizer, source=STDLIB) -> np.ndarray:
+  """uint16/int32 token ids of a split of `source`: documents joined as BOS text EOS. Cached on
+  disk, keyed by the source (name and `key()`: the Python version for the stdlib), split and
+  the tokenizer's content."""
   vocab_hash = hashlib.sha1(tokenizer.backend.to_str().encode()).hexdigest()[:12]
-  version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
-  path = os.path.join(cache_dir(), f"stdlib-{version}-{split}-{vocab_hash}.npy")
+  path = os.path.join(cache_dir(), f"{source.name}-{source.key()}-{split}-{vocab_hash}.npy")
   if os.path.exists(path):
     return np.load(path)
-  texts, _ = read_texts(stdlib_split(split))
-  stream = encode_documents(texts, tokenizer)
+  stream = encode_documents(source.documents(split), tokenizer)
   np.save(path, stream)
   return stream
 

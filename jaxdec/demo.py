@@ -35,7 +35,36 @@ def methods() -> dict[str, Callable]:
           "greedy AR (pycode-ar)": _ar(), **spec.DEMO_METHODS, **diffusion.DEMO_METHODS}
 
 
+COLUMNS = ["method", "tokens", "forwards", "tokens/forward", "tokens/s"]
+
+
+def number(value) -> str:
+  """The demo's one number format: thousands separated, floats to two decimals."""
+  return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+
+
+def legend(num_prompts: int, new_tokens: int) -> str:
+  """What the table's columns count."""
+  return (f"{num_prompts} held-out prompts x {new_tokens} new tokens (fewer where a row ends at "
+          "EOS; diffusion fills whole blocks).\nforwards: target-model forward passes, prefill "
+          "included (speculative: the target's, not the drafter's; diffusion: passes over the "
+          "canvas).\ntokens/forward = tokens / forwards; tokens/s after compiling.")
+
+
+def _show(tok, prompt, completion, method: str, index: int, bold: bool) -> str:
+  """A prompt's last lines, then its completion under a header (the prompts end at a line
+  break); bold as well when printing to a terminal."""
+  tail = "\n".join(tok.decode(prompt).rstrip("\n").split("\n")[-4:])
+  text = tok.decode(completion)
+  if bold:
+    text = f"\033[1m{text}\033[0m"
+  return (f"--- held-out prompt {index}, its last lines ---\n{tail}\n"
+          f"--- its completion by {method} ---\n{text}\n")
+
+
 def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]:
+  """Print `show` completions, the table of every method's cost and its legend; return the rows
+  (raw numbers)."""
   models = {"ar": jaxdec.load("zoo:pycode-ar"), "draft": jaxdec.load("zoo:pycode-draft"),
             "dlm": jaxdec.load("zoo:pycode-dlm")}
   tok = jaxdec.load_tokenizer("zoo:pycode-ar")
@@ -46,16 +75,16 @@ def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]
     t0 = time.perf_counter()
     tokens, lengths, forwards = jax.block_until_ready(method(models, prompts, new_tokens))
     elapsed = time.perf_counter() - t0
-    lengths = np.asarray(lengths)
-    rows.append({"method": name, "tokens": int(lengths.sum()),
-                 "forwards": int(np.asarray(forwards).sum()),
-                 "tokens/forward": float(lengths.sum() / max(np.asarray(forwards).sum(), 1)),
-                 "tokens/s": float(lengths.sum() / elapsed)})
+    lengths, forwards = np.asarray(lengths), np.asarray(forwards)
+    total = int(lengths.sum())
+    rows.append({"method": name, "tokens": total, "forwards": int(forwards.sum()),
+                 "tokens/forward": total / max(int(forwards.sum()), 1),
+                 "tokens/s": total / elapsed})
     if len(rows) == 1:
+      bold = sys.stdout.isatty()
       for i in range(min(show, len(prompts))):
-        tail = "\n".join(tok.decode(prompts[i]).split("\n")[-4:])
-        completion = tok.decode(np.asarray(tokens[i, : lengths[i]]))
-        bold, plain = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
-        print(f"--- held-out prompt {i} (last lines; completion in bold) ---\n{tail}{bold}{completion}{plain}\n")
-  print(format_table(rows, ["method", "tokens", "forwards", "tokens/forward", "tokens/s"]))
+        print(_show(tok, prompts[i], np.asarray(tokens[i, : lengths[i]]), name, i, bold))
+  cells = [{c: r[c] if c == "method" else number(r[c]) for c in COLUMNS} for r in rows]
+  print(format_table(cells, COLUMNS))
+  print(legend(len(prompts), new_tokens))
   return rows

@@ -23,18 +23,19 @@ from jax.experimental import io_callback
 # row (empty for rows that appended nothing).
 StreamCallback = Callable[[list[np.ndarray]], None]
 
-_listeners: dict[int, StreamCallback] = {}
+_listeners: dict[int, tuple[StreamCallback, int]] = {}  # call id -> (callback, real rows)
 _ids = itertools.count(1)
 _lock = threading.Lock()
 
 
 def _deliver(call_id, tokens, count) -> None:
-  listener = _listeners.get(int(call_id))
-  if listener is None:  # The call was abandoned (an exception on the host side): drop it.
+  entry = _listeners.get(int(call_id))
+  if entry is None:  # The call was abandoned (an exception on the host side): drop it.
     return
-  tokens, count = np.asarray(tokens), np.asarray(count)
+  listener, rows = entry
+  tokens, count = np.asarray(tokens)[:rows], np.asarray(count)[:rows]
   if count.any():
-    listener([tokens[row, : count[row]] for row in range(tokens.shape[0])])
+    listener([tokens[row, : count[row]] for row in range(rows)])
 
 
 def hook(call_id: jax.Array) -> Callable[[jax.Array, jax.Array], None]:
@@ -48,8 +49,9 @@ def hook(call_id: jax.Array) -> Callable[[jax.Array, jax.Array], None]:
 
 
 @contextlib.contextmanager
-def listening(callback: StreamCallback | None) -> Iterator[np.int32]:
-  """Register `callback` for one call; yields the call id to pass to the jitted function."""
+def listening(callback: StreamCallback | None, rows: int) -> Iterator[np.int32]:
+  """Register `callback` for one call of `rows` real rows (a batch padded for a mesh has more;
+  the callback never sees those); yields the call id to pass to the jitted function."""
   if callback is None:
     yield np.int32(0)
     return
@@ -58,7 +60,7 @@ def listening(callback: StreamCallback | None) -> Iterator[np.int32]:
                     f"None), got {type(callback).__name__}")
   with _lock:
     call_id = next(_ids) % (2**31 - 1) or 1
-    _listeners[call_id] = callback
+    _listeners[call_id] = (callback, rows)
   try:
     yield np.int32(call_id)
   finally:

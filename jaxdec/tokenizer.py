@@ -20,7 +20,13 @@ TOKENIZER_FILE = "tokenizer.json"
 
 @dataclasses.dataclass(frozen=True)
 class Tokenizer:
-  """Encodes text to token ids and back; `bos/eos/pad/mask_id` are None when absent."""
+  """Text <-> token ids over a tokenizer.json, with the special ids jaxdec uses.
+
+  `backend` is the `tokenizers.Tokenizer`; `bos_id`, `eos_id`, `pad_id`, `mask_id` are ids in its
+  vocabulary, or None when the tokenizer has no such token. `encode` puts BOS first (the zoo's
+  training rule); `decode` drops special tokens. Build with `from_file` or
+  `jaxdec.load_tokenizer`.
+  """
 
   backend: HFTokenizer
   bos_id: int | None = None
@@ -52,15 +58,28 @@ class Tokenizer:
 
   @property
   def vocab_size(self) -> int:
+    """Tokens in the tokenizer, special ones included (a model may pad its vocab_size above it)."""
     return self.backend.get_vocab_size()
 
   def encode(self, text: str, add_bos: bool = True) -> list[int]:
-    """Token ids of `text`, BOS first when the tokenizer has one and `add_bos` (the rule the
-    models were trained with); no EOS. The tokenizer.json's own post-processor is not applied."""
+    """`text` (a str) -> its token ids (a list of ints), ready as one prompt of `generate`.
+
+    BOS comes first when the tokenizer has one and `add_bos` (the rule the zoo models were
+    trained with: documents are "[BOS] text [EOS]"); pass `add_bos=False` for a continuation
+    from the middle of a document. No EOS is added, and the tokenizer.json's own post-processor
+    is not applied, so the BOS rule is the only special token rule.
+    """
     ids = self.backend.encode(text, add_special_tokens=False).ids
     return ([self.bos_id] if add_bos and self.bos_id is not None else []) + ids
 
   def decode(self, ids, skip_special_tokens: bool = True) -> str:
+    """Token ids (any iterable of ints: a list, or an i32[T] array such as
+    `out.tokens[b, : out.lengths[b]]`) -> text.
+
+    Special tokens (BOS, EOS, PAD, MASK and any other the tokenizer.json marks special) are
+    dropped unless `skip_special_tokens=False`, so a row's final EOS prints as nothing; ids are
+    not checked against the model's vocabulary (an id the tokenizer lacks decodes to "").
+    """
     return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
   def hf_backend(self) -> HFTokenizer:
@@ -88,6 +107,7 @@ class Tokenizer:
 
 
 def load_tokenizer_dir(directory: str) -> Tokenizer:
+  """The Tokenizer of a model directory's tokenizer.json; FileNotFoundError when it has none."""
   path = os.path.join(directory, TOKENIZER_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no {TOKENIZER_FILE} in {directory}")

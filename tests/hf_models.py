@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import torch
 
-ARCHS = ("llama", "llama3", "qwen2", "qwen3", "mistral", "llama_tied")
+ARCHS = ("llama", "llama3", "qwen2", "qwen3", "mistral", "llama_tied", "gemma2", "gemma3")
+
+# Gemma settings chosen so each feature moves the logits: soft-caps small enough to bend (tanh
+# of scores and logits of order 1), a query_pre_attn_scalar other than head_dim, a window shorter
+# than the test sequences, and (Gemma 3) distinct local / global RoPE bases with linear scaling.
+_GEMMA2 = dict(sliding_window=8, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+               final_logit_softcapping=3.0, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+               num_hidden_layers=3)
+_GEMMA3 = dict(sliding_window=8, query_pre_attn_scalar=24, final_logit_softcapping=3.0,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+               num_hidden_layers=3,
+               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                                "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                   "rope_theta": 10000.0}})
 
 _BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -36,6 +50,10 @@ def make_hf_model(arch: str, seed: int = 0, **overrides):
   elif arch == "mistral":
     cls, config = T.MistralForCausalLM, T.MistralConfig
     kw["sliding_window"] = 8
+  elif arch == "gemma2":
+    cls, config, kw = T.Gemma2ForCausalLM, T.Gemma2Config, kw | _GEMMA2
+  elif arch == "gemma3":
+    cls, config, kw = T.Gemma3ForCausalLM, T.Gemma3TextConfig, kw | _GEMMA3
   else:
     raise ValueError(arch)
   kw.update(overrides)

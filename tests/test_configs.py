@@ -11,8 +11,8 @@ from jaxdec.train.trainer import TrainConfig
 
 
 def test_every_zoo_recipe_loads_by_name_and_by_path():
-  assert configs.available() == ["zoo:pycode-ar", "zoo:pycode-dlm", "zoo:pycode-dlm-refine",
-                                 "zoo:pycode-draft"]
+  assert configs.available() == ["zoo:gsm-ar", "zoo:gsm-dlm", "zoo:gsm-draft", "zoo:pycode-ar",
+                                 "zoo:pycode-dlm", "zoo:pycode-dlm-refine", "zoo:pycode-draft"]
   for name in configs.available():
     cfg = configs.load_config(name)
     assert isinstance(cfg, TrainConfig)

@@ -1,4 +1,5 @@
-"""forward / generate on a simulated 8-device mesh (data x model) equal single-device results."""
+"""forward / generate on a simulated 8-device mesh (data x model) equal single-device results; a
+batch that does not divide the data axis is padded and gives the unpadded rows' results."""
 
 import re
 import warnings
@@ -9,7 +10,10 @@ import pytest
 from jax.sharding import NamedSharding
 
 import jaxdec
-from jaxdec import sharding
+from jaxdec import sharding, spec
+from jaxdec.diffusion import Threshold
+from jaxdec.model import Bidirectional
+from tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +65,67 @@ def test_forward_and_generate_match_single_device(model, mesh):
   assert a.tokens.sharding.mesh.shape == mesh.shape  # It really ran on the mesh.
 
 
-def test_batch_must_divide_the_data_axis(model, mesh):
-  with pytest.raises(ValueError, match="batch size 3 is not divisible by mesh axis 'data' of size 2"):
-    jaxdec.generate(_shard(model, mesh), [[5], [6], [7]], max_new_tokens=4)
+def test_place_rows_pads_per_row_inputs_and_gather_rows_drops_the_padding(mesh):
+  """Every batch-leading leaf (prompts, lengths, per-row settings) is padded by repeating its
+  last row and split over `data`; scalars and other leaves pass as they are."""
+  prompt = np.arange(12, dtype=np.int32).reshape(3, 4)
+  lengths = np.array([4, 2, 3], np.int32)
+  sampling = jaxdec.Sampling.create(temperature=[0.5, 1.0, 2.0], top_k=3)
+  placed = sharding.place_rows(mesh, prompt, lengths, sampling, None, np.float32(0.5))
+  p, n, s, none, scalar = placed
+  np.testing.assert_array_equal(p, np.concatenate([prompt, prompt[2:]]))
+  np.testing.assert_array_equal(n, [4, 2, 3, 3])
+  np.testing.assert_array_equal(s.temperature, [0.5, 1.0, 2.0, 2.0])
+  np.testing.assert_array_equal(s.top_k, [3, 3, 3, 3])
+  assert none is None and scalar == np.float32(0.5) and not isinstance(scalar, jax.Array)
+  assert p.sharding.spec == jax.sharding.PartitionSpec("data")
+  assert sharding.place_rows(None, prompt, lengths) == (prompt, lengths)
+  out = {"tokens": p, "nfe": n, "steps": np.int32(7), "accepted": np.zeros((4, 5))}
+  back = sharding.gather_rows(mesh, out, 3)
+  np.testing.assert_array_equal(back["tokens"], prompt)
+  assert back["nfe"].shape == (3,) and back["accepted"].shape == (3, 5) and back["steps"] == 7
+
+
+def _rows(out) -> dict:
+  return {"tokens": out.tokens, "lengths": out.lengths, **out.stats}
+
+
+def _assert_same_rows(got, want):
+  got, want = _rows(got), _rows(want)
+  assert got.keys() == want.keys()
+  for name in want:
+    assert np.shape(got[name]) == np.shape(want[name]), name
+    np.testing.assert_allclose(np.asarray(got[name]), np.asarray(want[name]), rtol=1e-6,
+                               err_msg=name)
+
+
+_PROMPTS = [[5, 9, 11], [7, 3, 9, 5, 9, 3, 9], [12]]
+_SAMPLED = dict(sampling=jaxdec.Sampling.create(temperature=[1.0, 0.0, 0.8]), key=jax.random.key(3))
+_CASES = {  # name -> (data, model) mesh, decode(model); sampled rows 0 and 2, row 1 greedy.
+    "generate greedy": ((2, 4), lambda m: jaxdec.generate(m, _PROMPTS, max_new_tokens=10)),
+    "generate sampled": ((4, 2), lambda m: jaxdec.generate(m, _PROMPTS, max_new_tokens=10,
+                                                           **_SAMPLED)),
+    "speculative sampled": ((2, 4), lambda m: jaxdec.speculative_generate(
+        m, _PROMPTS, spec.PromptLookup(3, 4), max_new_tokens=10, **_SAMPLED)),
+    "diffusion sampled": ((4, 2), lambda m: jaxdec.diffusion_generate(
+        m, _PROMPTS, gen_length=16, block_length=8, scheduler=Threshold(np.array([0.5, 0.9, 0.7])),
+        temperature=[0.5, 0.0, 1.0], key=jax.random.key(3))),
+}
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_a_batch_that_does_not_divide_the_data_axis_is_padded(model, case):
+  """3 rows on a data axis of 2 or 4: padded rows at the end, run, sliced back. Tokens, lengths
+  and every per-row stat equal the unsharded run's, greedy and sampled (rows keep their index,
+  so their RNG streams)."""
+  if jax.device_count() < 8:
+    pytest.skip("needs 8 devices")
+  (data, model_axis), decode = _CASES[case]
+  if case.startswith("diffusion"):
+    model = tiny_model(2, attention=Bidirectional(), mask_token_id=4, architecture="llada", std=0.5)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # KV heads that do not divide 4 are replicated.
+    sharded = jaxdec.shard(model, sharding.make_mesh(data=data, model=model_axis))
+  out = decode(sharded)
+  assert out.tokens.shape[0] == 3 and out.tokens.sharding.mesh.shape["data"] == data
+  _assert_same_rows(out, decode(model))

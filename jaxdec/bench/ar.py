@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.model import Model, ModelConfig, init_params
 
 # 6.8M params: a Llama-shaped model big enough that decoding is compute-bound on a CPU.
@@ -40,8 +40,27 @@ def _hf_model(model: Model, directory: str):
   return hf
 
 
+def figures(record: dict) -> dict:
+  """{'speedup': bars of jaxdec's speedup over transformers' generate, one per batch size}."""
+  from jaxdec import plots
+
+  rows = record["rows"]
+  return {"speedup": plots.speedup_bars(
+      [f"jaxdec, batch {r['batch']}" for r in rows], [r["speedup"] for r in rows],
+      baseline="transformers generate",
+      title=f"bench ar: {record['model']}, greedy, prompt {record['prompt_len']}, "
+            f"{record['new_tokens']} new tokens")}
+
+
 def run(model_path: str = "random", batch_sizes=(1, 8), prompt_len: int = 128,
-        new_tokens: int = 128, repeats: int = 5, out: str | None = None, peers: bool = True) -> dict:
+        new_tokens: int = 128, repeats: int = 5, out: str | None = None, peers: bool = True,
+        plot: bool = False) -> dict:
+  """Greedy tokens/s per batch size and the speedup over transformers (`peers`); `plot` also
+  writes `figures(record)` as PNGs next to `out`."""
+  check_plot(plot, out)
+  if plot and not peers:
+    raise ValueError("the ar plot is jaxdec's speedup over transformers: it needs peers=True "
+                     "(drop --no-peers)")
   model = load_bench_model(model_path)
   timer = Timer()
   rng = np.random.RandomState(0)
@@ -92,4 +111,5 @@ def run(model_path: str = "random", batch_sizes=(1, 8), prompt_len: int = 128,
         f"{new_tokens} new tokens, greedy, median of {repeats} interleaved runs")
   return report(rows, columns, timer, {"suite": "ar", "model": model_path,
                                        "params": model.config.num_params, "prompt_len": prompt_len,
-                                       "new_tokens": new_tokens, "repeats": repeats}, out)
+                                       "new_tokens": new_tokens, "repeats": repeats}, out,
+                figures if plot else None)

@@ -1,6 +1,6 @@
 """Benchmark plumbing shared by every suite: interleaved timing with a CPU-contention guard, a
-text table, and a JSON record. Ratios are measured side by side in one run; nothing here
-asserts a wall-clock time.
+text table, a JSON record and the suite's PNG plots next to it. Ratios are measured side by side
+in one run; nothing here asserts a wall-clock time.
 """
 
 from __future__ import annotations
@@ -109,15 +109,40 @@ def write_json(path: str, record: dict) -> None:
     json.dump(record, f, indent=2, default=str)
 
 
+def check_plot(plot: bool, out: str | None) -> None:
+  """Before a suite runs: `plot` needs matplotlib and a JSON path to write the PNGs next to."""
+  if plot:
+    from jaxdec import plots
+
+    plots.require()
+    if not out:
+      raise ValueError("plot=True writes PNGs next to the JSON record: give out=PATH.json")
+
+
+def plot_path(out: str, name: str) -> str:
+  """'dir/spec.json', 'speedup' -> 'dir/spec_speedup.png'."""
+  return f"{os.path.splitext(out)[0]}_{name}.png"
+
+
 def report(rows: list[dict], columns: list[str], timer: Timer, record: dict,
-           out: str | None) -> dict:
-  """Print the table (and the noise warning), complete the JSON record and write it to `out`."""
+           out: str | None, plot: Callable[[dict], dict] | None = None) -> dict:
+  """Print the table (and the noise warning), complete the JSON record and write it to `out`;
+  `plot(record) -> {name: Figure}` draws the suite's figures, saved as `plot_path(out, name)`
+  (their paths are listed in the record's 'plots')."""
   print(format_table(rows, columns))
   if timer.warning():
     print(timer.warning())
   record = {**record, "rows": rows, "noisy_samples": timer.noisy_samples,
             "environment": environment()}
+  figures = plot(record) if plot is not None and out else {}
+  if figures:
+    record["plots"] = [plot_path(out, name) for name in figures]
   if out:
     write_json(out, record)
     print(f"wrote {out}")
+  if figures:
+    from jaxdec import plots
+
+    for name, fig in figures.items():
+      print(f"wrote {plots.save(fig, plot_path(out, name))}")
   return record

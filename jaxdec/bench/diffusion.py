@@ -6,7 +6,9 @@ configuration reports NFE and tokens per forward (per row, averaged), tokens/s (
 medians, compile time apart), the speedup over the baseline, and its agreement with the
 baseline's tokens (the fraction of generated positions that match, and of rows that match
 entirely): parallel rules and caches are approximations of the baseline, not replicas. The
-share of distinct 4-grams per row flags degenerate output: token loops drive it towards 0.
+share of distinct 4-grams per row flags degenerate output: token loops drive it towards 0. Each
+row also records the masks filled by each forward (the mean over the rows still decoding) and
+how many rows were still decoding, forward by forward.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.diffusion import (DualCache, Factor, FixedSteps, Frechet, PrefixCache, Threshold)
 from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
@@ -73,10 +75,44 @@ def distinct_ngrams(tokens: np.ndarray, n: int = 4) -> float:
   return float(np.mean(shares))
 
 
+def per_forward(committed: np.ndarray, nfe: np.ndarray) -> tuple[list[float], list[int]]:
+  """From the sampler's `committed` i32[B, G] and `nfe` i32[B]: (masks filled by forward n,
+  the mean over the rows still decoding at n; how many rows those are), n < max nfe."""
+  steps = min(int(nfe.max()), committed.shape[1])
+  decoding = np.arange(steps)[None, :] < nfe[:, None]  # bool[B, steps]
+  counts = decoding.sum(axis=0)
+  return (committed[:, :steps].sum(axis=0) / counts).tolist(), counts.tolist()
+
+
+def figures(record: dict) -> dict:
+  """{'speedup': bars of every configuration's speedup over the baseline, 'tokens_per_forward':
+  masks filled per forward and tokens generated vs forwards (the smallest batch size's rows)}."""
+  from jaxdec import plots
+
+  rows = record["rows"]
+  batches = sorted({r["batch"] for r in rows})
+  label = (lambda r: r["config"]) if len(batches) == 1 else (
+      lambda r: f"{r['config']}, batch {r['batch']}")
+  setting = (f"{record['model']}, {record['prompts']} prompts, gen {record['gen_length']}, "
+             f"block {record['block_length']}, greedy")
+  first = [r for r in rows if r["batch"] == batches[0]]
+  return {
+      "speedup": plots.speedup_bars([label(r) for r in rows], [r["speedup"] for r in rows],
+                                    baseline=rows[0]["config"],
+                                    title=f"bench diffusion: {setting}"),
+      "tokens_per_forward": plots.tokens_per_forward_curves(
+          {r["config"]: r["tokens per forward by step"] for r in first},
+          {r["config"]: r["rows by step"] for r in first}, gen_length=record["gen_length"],
+          title=f"bench diffusion: {setting}, batch {batches[0]}"),
+  }
+
+
 def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int = 256, block_length: int = 32, prompt_tokens: int = 128, repeats: int = 3,
-        names: list[str] | None = None, out: str | None = None) -> dict:
-  """Time every configuration (or those in `names`) against the baseline, per batch size."""
+        names: list[str] | None = None, out: str | None = None, plot: bool = False) -> dict:
+  """Time every configuration (or those in `names`) against the baseline, per batch size;
+  `plot` also writes `figures(record)` as PNGs next to `out`."""
+  check_plot(plot, out)
   model, tokenizer = load_bench_model(model_path)
   prompts = _prompts(tokenizer, num_prompts, prompt_tokens, model.config.vocab_size)
   known = [c.name for c in configs()]
@@ -104,19 +140,22 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
       outs = fns[c.name]()
       first_call[c.name] = time.perf_counter() - t0
       results[c.name] = (np.concatenate([np.asarray(o.tokens) for o in outs]),
-                         np.concatenate([np.asarray(o.stats["nfe"]) for o in outs]))
+                         np.concatenate([np.asarray(o.stats["nfe"]) for o in outs]),
+                         np.concatenate([np.asarray(o.stats["committed"]) for o in outs]))
     medians = timer.interleaved(fns, repeats)
     base_tokens = results[known[0]][0]
     for c in chosen:
-      tokens, nfe = results[c.name]
+      tokens, nfe, committed = results[c.name]
       same = tokens == base_tokens
+      curve, decoding = per_forward(committed, nfe)
       rows.append({"batch": batch_size, "config": c.name, "NFE": float(nfe.mean()),
                    "tokens/forward": float(np.mean(gen_length / nfe)),
                    "tokens/s": len(prompts) * gen_length / medians[c.name],
                    "speedup": medians[known[0]] / medians[c.name],
                    "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
                    "distinct 4-grams": distinct_ngrams(tokens),
-                   "compile s": max(first_call[c.name] - medians[c.name], 0.0)})
+                   "compile s": max(first_call[c.name] - medians[c.name], 0.0),
+                   "tokens per forward by step": curve, "rows by step": decoding})
   print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), "
         f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens, gen {gen_length}, "
         f"block {block_length}, greedy, median of {repeats} interleaved runs; speedup and "
@@ -126,7 +165,7 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
   return report(rows, columns, timer, {
       "suite": "diffusion", "model": model_path, "params": model.config.num_params,
       "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,
-      "block_length": block_length, "repeats": repeats}, out)
+      "block_length": block_length, "repeats": repeats}, out, figures if plot else None)
 
 
 # Rows for `jaxdec demo` (merged by jaxdec.demo.run; each fn(models, prompts, new_tokens) ->

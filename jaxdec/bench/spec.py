@@ -4,7 +4,8 @@ assisted generation (draft model) and prompt lookup.
 
 Every row decodes the same prompts greedily (batch 1, prompt by prompt, EOS stops a row) and is
 checked token for token against jaxdec greedy AR. tau = tokens emitted per target forward
-(prefill included); transformers' target forwards are counted with a forward hook.
+(prefill included); transformers' target forwards are counted with a forward hook. jaxdec's
+speculative rows also record how many drafts each verification step accepted, as a histogram.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec import spec
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.corpus import held_out_prompts
 
 
@@ -32,17 +33,25 @@ def _jaxdec_methods(draft, num_tokens):
 
 
 def _run_jaxdec(model, prompts, new_tokens, drafter):
+  """Per prompt (tokens, target forwards, accepted i32[1, steps] or None for AR); `accepted`
+  stays on the device (read after timing)."""
   outs = []
   for p in prompts:
     if drafter is None:
       out = jaxdec.generate(model, [p], max_new_tokens=new_tokens)
-      forwards = out.stats["nfe"]
+      forwards, accepted = out.stats["nfe"], None
     else:
       out = jaxdec.speculative_generate(model, [p], drafter, max_new_tokens=new_tokens)
-      forwards = out.stats["target_forwards"]
+      forwards, accepted = out.stats["target_forwards"], out.stats["accepted"]
     jax.block_until_ready(out.tokens)
-    outs.append((np.asarray(out.tokens[0, : int(out.lengths[0])]), int(forwards[0])))
+    outs.append((np.asarray(out.tokens[0, : int(out.lengths[0])]), int(forwards[0]), accepted))
   return outs
+
+
+def accepted_histogram(outs, drafter) -> list[int]:
+  """[steps that accepted 0 drafts, 1 draft, ..., the drafter's depth] over all prompts."""
+  accepted = np.concatenate([np.asarray(a).reshape(-1) for _, _, a in outs])
+  return np.bincount(accepted[accepted >= 0], minlength=drafter.tree.max_depth + 1).tolist()
 
 
 class _CountingHF:
@@ -67,19 +76,42 @@ def _run_hf(target: _CountingHF, prompts, new_tokens, eos, **kwargs):
     with torch.no_grad():
       out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                                   do_sample=False, eos_token_id=eos, pad_token_id=0, **kwargs)
-    outs.append((out[0, len(p):].numpy(), target.calls))
+    outs.append((out[0, len(p):].numpy(), target.calls, None))
   return outs
+
+
+def figures(record: dict) -> dict:
+  """{'speedup': bars of every method's speedup over jaxdec greedy AR, 'acceptance': per jaxdec
+  drafter, a histogram of the tokens each verification step emitted}."""
+  from jaxdec import plots
+
+  rows = record["rows"]
+  setting = (f"{record['target']} + {record['draft']}, {record['prompts']} prompts, "
+             f"{record['new_tokens']} new tokens, greedy, batch 1")
+  return {
+      "speedup": plots.speedup_bars(
+          [r["method"] for r in rows], [r["speedup vs jaxdec AR"] for r in rows],
+          baseline="jaxdec greedy AR", title=f"bench spec: {setting}",
+          peers=[r["method"].startswith("transformers") for r in rows]),
+      "acceptance": plots.acceptance_histograms(
+          {r["method"]: r["accepted histogram"] for r in rows if "accepted histogram" in r},
+          title=f"bench spec acceptance: {setting}"),
+  }
 
 
 def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft", num_prompts: int = 8,
         prompt_tokens: int = 128, new_tokens: int = 64, num_tokens=(3, 4, 6), repeats: int = 3,
-        peers: bool = True, out: str | None = None) -> dict:
+        peers: bool = True, out: str | None = None, plot: bool = False) -> dict:
+  """Every method on the same prompts, timed interleaved; `plot` also writes `figures(record)`
+  as PNGs next to `out`."""
+  check_plot(plot, out)
   model, draft = jaxdec.load(target_path), jaxdec.load(draft_path)
   tokenizer = jaxdec.load_tokenizer(target_path)
   prompts = held_out_prompts(tokenizer, num_prompts, prompt_tokens=prompt_tokens)
   eos = list(model.config.eos_token_ids)
+  drafters = _jaxdec_methods(draft, num_tokens)
   fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
-         for name, d in _jaxdec_methods(draft, num_tokens).items()}
+         for name, d in drafters.items()}
   tmp = tempfile.TemporaryDirectory()
   if peers:
     import torch
@@ -108,21 +140,23 @@ def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft"
   base_time = medians["jaxdec greedy AR"]
   rows = []
   for name, outs in results.items():
-    tokens = sum(len(t) for t, _ in outs)
-    forwards = sum(f for _, f in outs)
+    tokens = sum(len(t) for t, _, _ in outs)
+    forwards = sum(f for _, f, _ in outs)
     rows.append({
         "method": name, "tau": tokens / forwards, "target forwards": forwards, "tokens": tokens,
         "tokens/s": tokens / medians[name], "speedup vs jaxdec AR": base_time / medians[name],
-        "same as AR": all(np.array_equal(a, b) for (a, _), (b, _) in zip(outs, reference)),
+        "same as AR": all(np.array_equal(a[0], b[0]) for a, b in zip(outs, reference)),
         "first call s": compile_s[name],
     })
+    if drafters.get(name) is not None:
+      rows[-1]["accepted histogram"] = accepted_histogram(outs, drafters[name])
   columns = ["method", "tau", "target forwards", "tokens/s", "speedup vs jaxdec AR", "same as AR",
              "first call s"]
   print(f"bench spec: {target_path} + {draft_path}, {len(prompts)} held-out prompts of <= "
         f"{prompt_tokens} tokens, {new_tokens} new tokens, greedy, batch 1, median of {repeats}")
   return report(rows, columns, timer, {
       "suite": "spec", "target": target_path, "draft": draft_path, "prompts": len(prompts),
-      "new_tokens": new_tokens, "repeats": repeats}, out)
+      "new_tokens": new_tokens, "repeats": repeats}, out, figures if plot else None)
 
 
 def _demo(drafter_fn):

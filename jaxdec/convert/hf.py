@@ -37,8 +37,8 @@ def export_hf(model: Model, tokenizer, out_dir: str) -> str:
   """Write `model` (and `tokenizer`, if given) as an HF directory (config.json,
   generation_config.json, model.safetensors); returns `out_dir`. What loads it:
 
-  - causal llama / qwen2 / qwen3 / mistral: `transformers.AutoModelForCausalLM.from_pretrained`
-    (same logits) and `jaxdec.load`.
+  - causal llama / qwen2 / qwen3 / mistral / gemma2 / gemma3_text:
+    `transformers.AutoModelForCausalLM.from_pretrained` (same logits) and `jaxdec.load`.
   - masked-diffusion llada / Dream: `jaxdec.load`. transformers has no class for them (it
     raises on the unknown model_type): the directory follows the original checkpoints' config
     fields and tensor names but carries none of their remote code. Copying the model's own

@@ -3,7 +3,9 @@
 Both layouts are read: transformers v4's top-level `rope_theta` / `rope_scaling` and v5's
 `rope_parameters`, with transformers' precedence when a config carries both (the legacy
 `rope_scaling` wins). RoPE types jaxdec does not implement (yarn, dynamic, longrope, ...) raise.
-Export writes the v5 layout.
+Gemma 3 keeps one RoPE per layer type (v5: `rope_parameters` nested by layer type; v4:
+`rope_theta` + `rope_scaling` for the full-attention layers, `rope_local_base_freq` for the
+sliding ones). Export writes the v5 layout.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from jaxdec.model.config import ModelConfig, RopeScaling
 from jaxdec.model.masks import Bidirectional, Causal
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
-SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + ("llada", "Dream")
-_CLASS_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+GEMMA_FAMILY = ("gemma2", "gemma3_text")
+SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + GEMMA_FAMILY + ("llada", "Dream")
+_CLASS_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
+                "gemma2": "Gemma2", "gemma3_text": "Gemma3"}
 
 # Fields that carry no information for inference (training-only, bookkeeping, or defaults that
 # are mathematically equivalent, such as `pretraining_tp`).
@@ -86,6 +90,8 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
     return _llada_config(raw)
   if arch == "Dream":
     return _dream_config(raw, generation)
+  if arch in GEMMA_FAMILY:
+    return _gemma_config(raw, generation)
   if arch not in LLAMA_FAMILY:
     raise ValueError(f"unknown architecture model_type={arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
   consumed = {
@@ -103,7 +109,7 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
 
   heads = raw["num_attention_heads"]
   theta, scaling = _rope(raw)
-  eos = generation.get("eos_token_id") if generation and "eos_token_id" in generation else raw.get("eos_token_id")
+  eos = _eos(raw, generation)
   window = raw.get("sliding_window") if arch == "mistral" else None
   return ModelConfig(
       vocab_size=raw["vocab_size"],
@@ -128,6 +134,13 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
   )
 
 
+def _eos(raw: dict[str, Any], generation: dict[str, Any] | None):
+  """generation_config's eos_token_id when it has one (it lists every stop token), else config's."""
+  if generation and "eos_token_id" in generation:
+    return generation["eos_token_id"]
+  return raw.get("eos_token_id")
+
+
 def read_hf_config(path: str) -> ModelConfig:
   """Read `config.json` (and `generation_config.json` when present) from an HF directory."""
   with open(os.path.join(path, "config.json")) as f:
@@ -147,25 +160,32 @@ def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     return _llada_to_hf(config, dtype_name)
   if arch == "Dream":
     return _dream_to_hf(config, dtype_name)
+  if arch in GEMMA_FAMILY:
+    return _gemma_to_hf(config, dtype_name)
   if arch not in LLAMA_FAMILY:
     raise ValueError(f"cannot export architecture {arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
   if not config.is_causal:
     raise ValueError("exporting a bidirectional (masked-diffusion) model as a causal LM would "
                      "change its behaviour; export supports causal models only")
+  _check_no_gemma_features(config)
   if config.qkv_bias != (arch == "qwen2") or config.qk_norm != (arch == "qwen3"):
     raise ValueError(f"config (qkv_bias={config.qkv_bias}, qk_norm={config.qk_norm}) cannot be "
                      f"expressed as HF architecture {arch!r}")
   if config.sliding_window is not None and arch != "mistral":
     raise ValueError(f"sliding_window={config.sliding_window} is only exportable as mistral")
-  rope = {"rope_theta": config.rope_theta, "rope_type": "default"}
-  if config.rope_scaling is not None:
-    s = config.rope_scaling
-    rope = {"rope_theta": config.rope_theta, "rope_type": s.kind, "factor": s.factor}
-    if s.kind == "llama3":
-      rope.update(low_freq_factor=s.low_freq_factor, high_freq_factor=s.high_freq_factor,
-                  original_max_position_embeddings=s.original_max_position_embeddings)
+  out = {**_common_to_hf(config, arch, _rope_to_hf(config.rope_theta, config.rope_scaling),
+                         dtype_name), "hidden_act": "silu"}
+  if arch == "mistral":
+    out["sliding_window"] = config.sliding_window
+  if arch in ("llama", "qwen3"):
+    out["attention_bias"] = False
+  return out
+
+
+def _common_to_hf(config: ModelConfig, arch: str, rope: dict, dtype_name: str) -> dict[str, Any]:
+  """The config.json fields every causal family's export shares."""
   eos = list(config.eos_token_ids)
-  out = {
+  return {
       "architectures": [f"{_CLASS_NAMES[arch]}ForCausalLM"],
       "model_type": arch,
       "vocab_size": config.vocab_size,
@@ -179,17 +199,208 @@ def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
       "rms_norm_eps": config.rms_norm_eps,
       "rope_parameters": rope,
       "tie_word_embeddings": config.tie_word_embeddings,
-      "hidden_act": "silu",
       "bos_token_id": config.bos_token_id,
       "eos_token_id": eos[0] if len(eos) == 1 else (eos or None),
       "pad_token_id": config.pad_token_id,
       "dtype": dtype_name,
   }
-  if arch == "mistral":
-    out["sliding_window"] = config.sliding_window
-  if arch in ("llama", "qwen3"):
-    out["attention_bias"] = False
-  return out
+
+
+def _rope_to_hf(theta: float, scaling: RopeScaling | None) -> dict[str, Any]:
+  if scaling is None:
+    return {"rope_theta": theta, "rope_type": "default"}
+  rope = {"rope_theta": theta, "rope_type": scaling.kind, "factor": scaling.factor}
+  if scaling.kind == "llama3":
+    rope.update(low_freq_factor=scaling.low_freq_factor, high_freq_factor=scaling.high_freq_factor,
+                original_max_position_embeddings=scaling.original_max_position_embeddings)
+  return rope
+
+
+# ModelConfig fields only Gemma checkpoints express, with their "off" values.
+_GEMMA_FIELDS = {"sliding_layers": None, "local_rope_theta": None, "embed_scale": False,
+                 "norm_unit_offset": False, "post_norms": False, "activation": "silu",
+                 "query_pre_attn_scalar": None, "attn_logit_softcap": None,
+                 "final_logit_softcap": None}
+
+
+def _check_no_gemma_features(config: ModelConfig) -> None:
+  """A Llama-family (or LLaDA / Dream) export would silently drop these."""
+  on = {name: getattr(config, name) for name, off in _GEMMA_FIELDS.items()
+        if getattr(config, name) != off}
+  if on:
+    raise ValueError(f"architecture {config.architecture!r} cannot express {on}; "
+                     f"only {GEMMA_FAMILY} checkpoints carry them")
+
+
+# ---- Gemma 2 / Gemma 3 text ----------------------------------------------------------------------
+# Gemma2Config / Gemma3TextConfig defaults, applied as transformers does when a field is absent.
+_GEMMA_DEFAULTS = {
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+    "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2, "tie_word_embeddings": True,
+    "query_pre_attn_scalar": 256, "sliding_window": 4096,
+}
+_GEMMA_ARCH_DEFAULTS = {
+    "gemma2": {"max_position_embeddings": 8192, "final_logit_softcapping": 30.0,
+               "attn_logit_softcapping": 50.0},
+    "gemma3_text": {"max_position_embeddings": 131072, "final_logit_softcapping": None,
+                    "attn_logit_softcapping": None},
+}
+_GEMMA_IGNORED = _IGNORED | {"cache_implementation", "sliding_window_pattern",
+                             "_sliding_window_pattern"}
+_GEMMA_REQUIRED = {"hidden_activation": "gelu_pytorch_tanh", "attention_bias": False}
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _gemma_layer_types(raw: dict[str, Any], arch: str) -> tuple[bool, ...]:
+  """Which layers slide, from `layer_types`, else transformers' default pattern (Gemma 2: every
+  other layer from the first; Gemma 3: all but every `sliding_window_pattern`-th, default 6)."""
+  layers = raw["num_hidden_layers"]
+  types = raw.get("layer_types")
+  if types is None:
+    period = 2 if arch == "gemma2" else raw.get("sliding_window_pattern", 6)
+    return tuple(bool((i + 1) % period) for i in range(layers))
+  for value in types:
+    if value not in _LAYER_TYPES:
+      raise ValueError(f"unsupported layer_types value {value!r} for {arch}; jaxdec supports "
+                       f"{_LAYER_TYPES}")
+  if len(types) != layers:
+    raise ValueError(f"layer_types has {len(types)} entries for num_hidden_layers={layers}")
+  return tuple(value == "sliding_attention" for value in types)
+
+
+def _gemma3_rope(raw: dict[str, Any]) -> tuple[float, RopeScaling | None, float]:
+  """(global theta, global scaling, local theta) as Gemma3TextConfig reads them: a legacy
+  `rope_scaling` updates the full-attention entry; `rope_theta` / `rope_local_base_freq` fill
+  missing thetas (defaults 1e6 / 1e4). The sliding layers' RoPE must be unscaled."""
+  nested = dict(raw.get("rope_parameters") or {})
+  unknown = set(nested) - set(_LAYER_TYPES)
+  if unknown:
+    raise ValueError(f"gemma3_text rope_parameters must be nested by layer type {_LAYER_TYPES}, "
+                     f"got keys {sorted(nested)}")
+  full = dict(nested.get("full_attention") or {"rope_type": "default"})
+  full.update(raw.get("rope_scaling") or {})
+  full.setdefault("rope_theta", raw.get("rope_theta", 1_000_000.0))
+  local = dict(nested.get("sliding_attention") or {"rope_type": "default"})
+  local.setdefault("rope_theta", raw.get("rope_local_base_freq", 10_000.0))
+  size = {"max_position_embeddings": raw["max_position_embeddings"]}
+  theta, scaling = _rope(dict(size, rope_parameters=full))
+  local_theta, local_scaling = _rope(dict(size, rope_parameters=local))
+  if local_scaling is not None:
+    raise ValueError(f"unsupported rope_parameters['sliding_attention'] rope_type "
+                     f"{local_scaling.kind!r}: jaxdec scales only the full-attention layers' RoPE")
+  return theta, scaling, local_theta
+
+
+def _gemma_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> ModelConfig:
+  arch = raw["model_type"]
+  consumed = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
+      "rope_parameters", "rope_theta", "rope_scaling", "tie_word_embeddings", "bos_token_id",
+      "eos_token_id", "pad_token_id", "sliding_window", "layer_types", "query_pre_attn_scalar",
+      "final_logit_softcapping", "attn_logit_softcapping", "hidden_act", "sliding_window_size",
+      "use_bidirectional_attention",
+  } | ({"rope_local_base_freq"} if arch == "gemma3_text" else set())
+  _check_fields(raw, arch, consumed, _GEMMA_IGNORED, _GEMMA_REQUIRED)
+  if raw.get("use_bidirectional_attention"):  # Gemma 2 saves it as null, Gemma 3 as false.
+    raise ValueError(f"unsupported config value use_bidirectional_attention="
+                     f"{raw['use_bidirectional_attention']!r} (jaxdec supports False / None)")
+  raw = {**_GEMMA_DEFAULTS, **_GEMMA_ARCH_DEFAULTS[arch], **raw}
+  # Legacy Gemma 2 configs repeat these; transformers reads neither, so they must agree.
+  if raw.get("hidden_act", raw["hidden_activation"]) != raw["hidden_activation"]:
+    raise ValueError(f"unsupported config value hidden_act={raw['hidden_act']!r} beside "
+                     f"hidden_activation={raw['hidden_activation']!r}")
+  if raw.get("sliding_window_size", raw["sliding_window"]) != raw["sliding_window"]:
+    raise ValueError(f"unsupported config value sliding_window_size={raw['sliding_window_size']!r} "
+                     f"beside sliding_window={raw['sliding_window']!r}")
+  sliding = _gemma_layer_types(raw, arch)
+  window = raw["sliding_window"]
+  if window is None and any(sliding):
+    raise ValueError(f"{arch} has sliding_attention layers but sliding_window=None")
+  if arch == "gemma2":
+    (theta, scaling), local_theta = _rope(raw), None
+    attn_softcap = raw["attn_logit_softcapping"]
+  else:
+    theta, scaling, local_theta = _gemma3_rope(raw)
+    # Gemma3Attention never passes it to the attention function: transformers ignores the field.
+    if raw["attn_logit_softcapping"] is not None:
+      raise ValueError(f"unsupported config value attn_logit_softcapping="
+                       f"{raw['attn_logit_softcapping']!r} for gemma3_text (transformers ignores "
+                       f"it; jaxdec supports None)")
+    attn_softcap = None
+  heads = raw["num_attention_heads"]
+  return ModelConfig(
+      vocab_size=raw["vocab_size"],
+      hidden_size=raw["hidden_size"],
+      intermediate_size=raw["intermediate_size"],
+      num_layers=raw["num_hidden_layers"],
+      num_heads=heads,
+      num_kv_heads=raw.get("num_key_value_heads") or heads,
+      head_dim=raw["head_dim"],
+      max_position_embeddings=raw["max_position_embeddings"],
+      rms_norm_eps=float(raw["rms_norm_eps"]),
+      rope_theta=theta,
+      rope_scaling=scaling,
+      tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+      qk_norm=arch == "gemma3_text",
+      sliding_window=window if any(sliding) else None,
+      sliding_layers=sliding if any(sliding) else None,
+      local_rope_theta=local_theta if any(sliding) else None,
+      embed_scale=True,
+      norm_unit_offset=True,
+      post_norms=True,
+      activation="gelu_tanh",
+      query_pre_attn_scalar=raw["query_pre_attn_scalar"],
+      attn_logit_softcap=None if attn_softcap is None else float(attn_softcap),
+      final_logit_softcap=(None if raw["final_logit_softcapping"] is None
+                           else float(raw["final_logit_softcapping"])),
+      architecture=arch,
+      bos_token_id=raw["bos_token_id"],
+      eos_token_ids=_token_ids(_eos(raw, generation)),
+      pad_token_id=raw["pad_token_id"],
+  )
+
+
+def _int_if_whole(value):
+  """transformers' strict Gemma configs type query_pre_attn_scalar as int."""
+  return int(value) if value is not None and float(value).is_integer() else value
+
+
+def _gemma_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
+  arch = config.architecture
+  gemma3 = arch == "gemma3_text"
+  if not config.is_causal or config.shifted_logits or config.mask_token_id is not None:
+    raise ValueError(f"{arch} export supports causal models only")
+  fixed = {"embed_scale": True, "norm_unit_offset": True, "post_norms": True,
+           "activation": "gelu_tanh", "qkv_bias": False, "qk_norm": gemma3}
+  if arch == "gemma2":
+    fixed.update(local_rope_theta=None)
+  else:
+    fixed.update(attn_logit_softcap=None)
+  wrong = {name: getattr(config, name) for name, value in fixed.items()
+           if getattr(config, name) != value}
+  if config.sliding_window is not None and config.sliding_layers is None:
+    wrong["sliding_layers"] = None  # Mistral-style windows on every layer: say so per layer.
+  if gemma3 and config.sliding_layers is not None and config.local_rope_theta is None:
+    wrong["local_rope_theta"] = None
+  if wrong:
+    raise ValueError(f"config fields {wrong} cannot be expressed as HF architecture {arch!r}")
+  sliding = config.sliding_layers or (False,) * config.num_layers
+  rope = _rope_to_hf(config.rope_theta, config.rope_scaling)
+  if gemma3:
+    local = config.local_rope_theta if config.local_rope_theta is not None else config.rope_theta
+    rope = {"full_attention": rope, "sliding_attention": _rope_to_hf(local, None)}
+  return {
+      **_common_to_hf(config, arch, rope, dtype_name),
+      "hidden_activation": "gelu_pytorch_tanh",
+      "query_pre_attn_scalar": _int_if_whole(config.query_pre_attn_scalar or config.head_dim),
+      "attn_logit_softcapping": config.attn_logit_softcap,
+      "final_logit_softcapping": config.final_logit_softcap,
+      "sliding_window": config.sliding_window,
+      "layer_types": [_LAYER_TYPES[0] if s else _LAYER_TYPES[1] for s in sliding],
+      "attention_bias": False,
+      "use_bidirectional_attention": False,
+  }
 
 
 # LLaDA (OLMo-style remote-code config, model_type "llada"): a Llama block with full attention.
@@ -239,6 +450,7 @@ def _llada_config(raw: dict[str, Any]) -> ModelConfig:
 def _llada_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
   if config.is_causal or config.mask_token_id is None:
     raise ValueError("a llada checkpoint is a bidirectional model with a mask_token_id")
+  _check_no_gemma_features(config)
   if config.qk_norm or config.sliding_window is not None or config.rope_scaling is not None:
     raise ValueError("llada has no qk_norm, sliding window or rope scaling")
   if config.head_dim * config.num_heads != config.hidden_size:

@@ -40,6 +40,12 @@ _LLAMA_NAMES = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weigh
     "bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
     "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
 })
+# Gemma's post_attention_layernorm normalises the attention output (Llama's is the MLP's pre-norm).
+_GEMMA_NAMES = _LLAMA_NAMES[:4] + ({
+    **_LLAMA_NAMES[4], "post_attn_norm": "post_attention_layernorm.weight",
+    "mlp_norm": "pre_feedforward_layernorm.weight",
+    "post_mlp_norm": "post_feedforward_layernorm.weight",
+},)
 _LLADA_NAMES = ("model.transformer.wte.weight", "model.transformer.ln_f.weight",
                 "model.transformer.ff_out.weight", "model.transformer.blocks", {
     "attn_norm": "attn_norm.weight", "mlp_norm": "ff_norm.weight",
@@ -54,13 +60,15 @@ def key_table(config: ModelConfig) -> dict[str, Entry]:
   c = config
   D, F, hd = c.hidden_size, c.intermediate_size, c.head_dim
   q_out, kv_out = c.num_heads * hd, c.num_kv_heads * hd
-  embed, norm, head, prefix, names = _LLADA_NAMES if c.architecture == "llada" else _LLAMA_NAMES
+  embed, norm, head, prefix, names = {"llada": _LLADA_NAMES, "gemma2": _GEMMA_NAMES,
+                                       "gemma3_text": _GEMMA_NAMES}.get(c.architecture, _LLAMA_NAMES)
   table = {embed: Entry("embed", None, (c.vocab_size, D), False),
            norm: Entry("final_norm", None, (D,), False)}
   if not c.tie_word_embeddings:
     table[head] = Entry("lm_head", None, (c.vocab_size, D), True)
   hf_shapes = {  # (HF shape, stored as a torch Linear [out, in]).
-      "attn_norm": ((D,), False), "mlp_norm": ((D,), False),
+      "attn_norm": ((D,), False), "mlp_norm": ((D,), False), "post_attn_norm": ((D,), False),
+      "post_mlp_norm": ((D,), False),
       "wq": ((q_out, D), True), "wk": ((kv_out, D), True), "wv": ((kv_out, D), True),
       "wo": ((D, q_out), True), "w_gate": ((F, D), True), "w_up": ((F, D), True),
       "w_down": ((D, F), True), "bq": ((q_out,), False), "bk": ((kv_out,), False),

@@ -44,8 +44,10 @@ def load_orbax(path: str, shardings=None) -> Model:
   dtype = jax.numpy.dtype(meta["param_dtype"])
   specs = param_specs(config)
   is_spec = lambda x: isinstance(x, ParamSpec)
-  if shardings is None:
-    abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), specs, is_leaf=is_spec)
+  if shardings is None:  # Whole, on this process's first device (with several processes, on each).
+    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype, sharding=local), specs,
+                            is_leaf=is_spec)
   else:
     abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, dtype, sharding=sh), specs,
                             shardings, is_leaf=is_spec)

@@ -111,6 +111,7 @@ class _State:
   step: jax.Array  # i32[B]: forwards run on the current block.
   block_masks: jax.Array  # i32[B]: masks of the active window when the block started.
   nfe: jax.Array  # i32[B]: forwards used by each row.
+  committed: jax.Array  # i32[B, G]: masks filled by each of the row's forwards.
   forwards: jax.Array  # i32[]: batched forwards run.
   cache: Any  # The cache's state.
   scheduler: Any  # The scheduler's state.
@@ -191,10 +192,13 @@ def _step(c: _Setting, s: _State) -> _State:
   finished = advance & decision.finished
   step = s.step + advance.astype(jnp.int32)
   x = s.x.at[rows[:, None], jnp.where(inside, place, width)].set(tokens, mode="drop")
+  left = jnp.sum((tokens == step_view.mask_id) & inside, axis=1, dtype=jnp.int32)
+  filled = step_view.masked - left  # i32[B]: masks this forward filled.
+  committed = s.committed.at[rows, jnp.where(advance, s.nfe, c.gen_length)].set(filled, mode="drop")
   return _State(x=x, block=s.block + finished.astype(jnp.int32),
                 step=jnp.where(finished, 0, step), block_masks=step_view.block_masks,
                 nfe=s.nfe + advance.astype(jnp.int32) * (1 + len(lookaheads)),
-                forwards=s.forwards + 1 + len(lookaheads), cache=cache,
+                committed=committed, forwards=s.forwards + 1 + len(lookaheads), cache=cache,
                 scheduler=scheduler)
 
 
@@ -232,6 +236,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
       eos=eos, block_length=block_length, gen_length=gen_length)
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _State(x=x, block=zeros, step=zeros, block_masks=zeros, nfe=zeros,
+                 committed=jnp.zeros((batch, gen_length), jnp.int32),
                  forwards=jnp.zeros((), jnp.int32), cache=cache.init(denoiser, batch, canvas),
                  scheduler=scheduler.init(batch, setting.window))
   state = jax.lax.while_loop(lambda s: jnp.any(s.block < num_blocks),
@@ -239,7 +244,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
 
   tokens = jnp.take_along_axis(state.x, positions(batch, gen_length, prompt_lengths), axis=1)
   stop_tokens = jnp.zeros((0,), jnp.int32) if stop_tokens is None else stop_tokens
-  stats = {"nfe": state.nfe, "forwards": state.forwards,
+  stats = {"nfe": state.nfe, "forwards": state.forwards, "committed": state.committed,
            "tokens_per_forward": jnp.float32(gen_length) / state.nfe.astype(jnp.float32)}
   return DecodeOutput(tokens=tokens, lengths=rows_until_stop(tokens, stop_tokens), stats=stats)
 
@@ -276,7 +281,9 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
     (tokens up to and including the first stop token, gen_length if none); stats `nfe` i32[B]
     forwards used by each row, `tokens_per_forward` f32[B] = gen_length / nfe, `forwards` i32[]
-    batched forwards.
+    batched forwards, `committed` i32[B, gen_length]: masks that row b's n-th forward filled
+    (0 for a scheduler's lookahead forwards and for n >= nfe; forwards past the gen_length-th
+    are not recorded).
   """
   if config.is_causal:
     raise ValueError("the diffusion sampler needs a bidirectional model; this config is causal "

@@ -8,6 +8,7 @@ import math
 from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, pattern_from_dict, pattern_to_dict
 
 ROPE_KINDS = ("linear", "llama3")
+ACTIVATIONS = ("silu", "gelu_tanh")  # Of the gated MLP: SwiGLU (Llama), GeGLU (Gemma).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +34,12 @@ class RopeScaling:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """A decoder-only transformer in the Llama family (Llama, Qwen2/3, Mistral, LLaDA, Dream).
+  """A decoder-only transformer in the Llama family (Llama, Qwen2/3, Mistral, Gemma 2/3, LLaDA,
+  Dream).
 
   Every field is a Python scalar or tuple, so the config hashes and can be a static jit
-  argument; the weights live in a separate params pytree (see `model.params`).
+  argument; the weights live in a separate params pytree (see `model.params`). The Gemma fields
+  default to off, which leaves the Llama program unchanged.
   """
 
   vocab_size: int
@@ -54,6 +57,18 @@ class ModelConfig:
   qkv_bias: bool = False  # Qwen2: biases on the q/k/v projections.
   qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k before RoPE.
   sliding_window: int | None = None  # Mistral: a query sees at most this many keys.
+  # Gemma: the layers that use `sliding_window` (True) or attend fully; None = every layer.
+  sliding_layers: tuple[bool, ...] | None = None
+  # Gemma 3: the sliding layers' RoPE base, unscaled; rope_theta and rope_scaling then apply to
+  # the full-attention layers only. None = one RoPE for every layer.
+  local_rope_theta: float | None = None
+  embed_scale: bool = False  # Gemma: embeddings times sqrt(hidden_size), in the params' dtype.
+  norm_unit_offset: bool = False  # Gemma: RMSNorm scales by (1 + weight), in fp32.
+  post_norms: bool = False  # Gemma: RMSNorm on the attention and MLP outputs too (4 per layer).
+  activation: str = "silu"  # One of ACTIVATIONS.
+  query_pre_attn_scalar: float | None = None  # Gemma: scores scale by this ** -0.5, not head_dim's.
+  attn_logit_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap).
+  final_logit_softcap: float | None = None  # Gemma: logits -> cap * tanh(logits / cap).
   # Who sees whom: Causal() (AR models), Bidirectional() (LLaDA, Dream), BlockCausal(n).
   attention: Causal | Bidirectional | BlockCausal = Causal()
   shifted_logits: bool = False  # Dream: the logits at position i predict token i + 1.
@@ -79,6 +94,7 @@ class ModelConfig:
                       f"BlockCausal(block_size), got {self.attention!r}")
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
+    self._check_gemma_fields()
     if not isinstance(self.eos_token_ids, tuple):
       raise TypeError(f"eos_token_ids must be a tuple, got {type(self.eos_token_ids).__name__}")
     for name in ("bos_token_id", "pad_token_id", "mask_token_id"):
@@ -88,6 +104,27 @@ class ModelConfig:
     for value in self.eos_token_ids:
       if not 0 <= value < self.vocab_size:
         raise ValueError(f"eos token id {value} is outside the vocabulary [0, {self.vocab_size})")
+
+  def _check_gemma_fields(self) -> None:
+    layers = self.sliding_layers
+    if layers is not None:
+      if not isinstance(layers, tuple) or any(not isinstance(s, bool) for s in layers):
+        raise TypeError(f"sliding_layers must be a tuple of bools or None, got {layers!r}")
+      if len(layers) != self.num_layers:
+        raise ValueError(f"sliding_layers has {len(layers)} entries for "
+                         f"num_layers={self.num_layers}")
+      if self.sliding_window is None:
+        raise ValueError("sliding_layers needs a sliding_window")
+    if self.local_rope_theta is not None and layers is None:
+      raise ValueError(f"local_rope_theta={self.local_rope_theta} needs sliding_layers (the layers "
+                       f"it applies to)")
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+    for name in ("local_rope_theta", "query_pre_attn_scalar", "attn_logit_softcap",
+                 "final_logit_softcap"):
+      value = getattr(self, name)
+      if value is not None and not value > 0:
+        raise ValueError(f"ModelConfig.{name} must be positive or None, got {value!r}")
 
   @property
   def is_causal(self) -> bool:
@@ -114,6 +151,8 @@ class ModelConfig:
     if data.get("rope_scaling") is not None:
       data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
     data["eos_token_ids"] = tuple(data.get("eos_token_ids", ()))
+    if data.get("sliding_layers") is not None:  # A list once through JSON.
+      data["sliding_layers"] = tuple(data["sliding_layers"])
     if "attention" in data:
       data["attention"] = pattern_from_dict(data["attention"])
     return cls(**data)

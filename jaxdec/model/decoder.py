@@ -2,6 +2,9 @@
 
 Layers are stacked on a leading axis and run with `lax.scan`, so compile time does not grow
 with depth. With a KV cache the cache buffers ride in the scan carry and are updated in place.
+What differs between layers (Gemma's sliding window and RoPE base) is scanned too, as per-layer
+arrays built from the static config (`_per_layer`); a config without such differences scans
+none, and compiles to the program it always did.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdec.model.attention import attention
 from jaxdec.model.config import ModelConfig
 from jaxdec.model.kv_cache import KVCache, write_layer, write_slots
-from jaxdec.model.layers import apply_rope, lead, rms_norm, rope_cos_sin, swiglu_mlp
+from jaxdec.model.layers import apply_rope, gated_mlp, lead, rms_norm, rope_cos_sin
 from jaxdec.model.masks import MaskSpec
 
 
@@ -24,22 +28,31 @@ def embed(params: dict, tokens: jax.Array) -> jax.Array:
 
 
 def unembed(params: dict, hidden: jax.Array, config: ModelConfig) -> jax.Array:
-  """Final-normed hidden [..., D] -> f32[..., V] logits (tied or untied head)."""
+  """Final-normed hidden [..., D] -> f32[..., V] logits (tied or untied head, soft-capped when
+  the config says so)."""
   head = params["embed"].T if config.tie_word_embeddings else params["lm_head"]
-  return jnp.einsum("...d,dv->...v", hidden, head).astype(jnp.float32)
+  logits = jnp.einsum("...d,dv->...v", hidden, head).astype(jnp.float32)
+  if config.final_logit_softcap is not None:
+    cap = config.final_logit_softcap
+    logits = jnp.tanh(logits / cap) * cap
+  return logits
+
+
+def _norm(x, weight, config: ModelConfig):
+  return rms_norm(x, weight, config.rms_norm_eps, config.norm_unit_offset)
 
 
 def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
-  """One pre-norm block. `kv` = (k_all, v_all, layer, start) when a cache is used."""
-  eps = config.rms_norm_eps
-  h = rms_norm(x, p["attn_norm"], eps)
+  """One pre-norm block (plus Gemma's norms on the attention / MLP outputs with `post_norms`).
+  `kv` = (k_all, v_all, layer, start) when a cache is used."""
+  h = _norm(x, p["attn_norm"], config)
   q = jnp.einsum("btd,dhk->bthk", h, p["wq"])
   k = jnp.einsum("btd,dhk->bthk", h, p["wk"])
   v = jnp.einsum("btd,dhk->bthk", h, p["wv"])
   if config.qkv_bias:
     q, k, v = q + lead(p["bq"], q), k + lead(p["bk"], k), v + lead(p["bv"], v)
   if config.qk_norm:
-    q, k = rms_norm(q, p["q_norm"], eps), rms_norm(k, p["k_norm"], eps)
+    q, k = _norm(q, p["q_norm"], config), _norm(k, p["k_norm"], config)
   q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
   if kv is not None:
     k_all, v_all, layer, start = kv
@@ -47,11 +60,49 @@ def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
     v_all = write_layer(v_all, layer, v, start)
     k, v = k_all[layer], v_all[layer]
     kv = (k_all, v_all)
-  out = attention(q, k, v, mask=mask)
-  x = x + jnp.einsum("bthk,hkd->btd", out, p["wo"])
-  h = rms_norm(x, p["mlp_norm"], eps)
-  x = x + swiglu_mlp(h, p["w_gate"], p["w_up"], p["w_down"])
+  scale = None if config.query_pre_attn_scalar is None else config.query_pre_attn_scalar ** -0.5
+  out = attention(q, k, v, mask=mask, scale=scale, softcap=config.attn_logit_softcap)
+  out = jnp.einsum("bthk,hkd->btd", out, p["wo"])
+  x = x + (_norm(out, p["post_attn_norm"], config) if config.post_norms else out)
+  h = _norm(x, p["mlp_norm"], config)
+  out = gated_mlp(h, p["w_gate"], p["w_up"], p["w_down"], config.activation)
+  x = x + (_norm(out, p["post_mlp_norm"], config) if config.post_norms else out)
   return x, kv
+
+
+# A window no position difference reaches: the full-attention layers of a sliding model.
+_NO_WINDOW = np.iinfo(np.int32).max
+
+
+def _per_layer(config: ModelConfig) -> dict:
+  """What differs between layers, as arrays the layer scan slices: "window" i32[L] (sliding or
+  full attention) and "rope" i32[L] (0: the global RoPE table, 1: the local one). Empty when
+  every layer is alike."""
+  if config.sliding_layers is None:
+    return {}
+  out = {"window": jnp.asarray([config.sliding_window if s else _NO_WINDOW
+                                for s in config.sliding_layers], jnp.int32)}
+  if config.local_rope_theta is not None:
+    out["rope"] = jnp.asarray(config.sliding_layers, jnp.int32)
+  return out
+
+
+def _rope_tables(positions: jax.Array, config: ModelConfig):
+  """(cos, sin) f32[B, T, hd], or f32[2, B, T, hd] (global, local) with a local RoPE base."""
+  cos, sin = rope_cos_sin(positions, config)
+  if config.local_rope_theta is None:
+    return cos, sin
+  local_cos, local_sin = rope_cos_sin(positions, config, local=True)
+  return jnp.stack([cos, local_cos]), jnp.stack([sin, local_sin])
+
+
+def _layer_inputs(cos, sin, mask: MaskSpec, per_layer: dict):
+  """This layer's RoPE table and mask, from its slice of `_per_layer`."""
+  if "rope" in per_layer:
+    cos, sin = cos[per_layer["rope"]], sin[per_layer["rope"]]
+  if "window" in per_layer:
+    mask = mask.replace(window=per_layer["window"])
+  return cos, sin, mask
 
 
 def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
@@ -64,8 +115,10 @@ def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
   else:
     kv_positions = write_slots(cache.positions, positions, cache.length)
     kv_length, start = cache.length + valid, cache.length
+  # Per-layer windows (config.sliding_layers) are set inside the layer scan.
+  window = config.sliding_window if config.sliding_layers is None else None
   return MaskSpec(q_positions=positions, kv_positions=kv_positions, kv_length=kv_length,
-                  pattern=config.attention, window=config.sliding_window, tree=tree,
+                  pattern=config.attention, window=window, tree=tree,
                   tree_start=None if tree is None else start)
 
 
@@ -78,15 +131,21 @@ def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) ->
 def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCache | None = None, *,
                   config: ModelConfig, tree: jax.Array | None = None,
                   valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
-  """Run the layers on embeddings x[B, T, D]; returns (final-normed hidden, selected, cache).
+  """Run the layers on embeddings x[B, T, D] (`embed`); returns (final-normed hidden, selected,
+  cache).
 
   See `forward` for the arguments. Split out so callers that need logits at only a few
-  positions (prefill) can skip the full [B, T, V] projection.
+  positions (prefill) can skip the full [B, T, V] projection. A config with `embed_scale` scales
+  x here (by sqrt(hidden_size) rounded to x's dtype, as HF does), so `hidden_layers` 0 is the
+  scaled embedding, as in HF's hidden states.
   """
   hidden_layers = tuple(hidden_layers)
   _check_hidden_layers(hidden_layers, config)
-  cos, sin = rope_cos_sin(positions, config)
+  if config.embed_scale:
+    x = x * jnp.asarray(np.float32(config.hidden_size ** 0.5)).astype(x.dtype)
+  cos, sin = _rope_tables(positions, config)
   mask = mask_spec(positions, cache, config, tree, valid_lengths)
+  per_layer = _per_layer(config)
   # Only the requested layers' inputs are kept: slot[i] is where layer i's input goes (len() =
   # dropped), so memory grows with the selection, not with the depth.
   wanted = [i for i in hidden_layers if i < config.num_layers]
@@ -98,28 +157,28 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCac
   if cache is None:
     def body(carry, xs):
       x, kept = carry
-      p, layer = xs
+      p, layer, here = xs
       kept = kept.at[slot[layer]].set(x, mode="drop") if wanted else kept
-      new_x, _ = _layer(x, p, cos, sin, mask, config)
+      new_x, _ = _layer(x, p, *_layer_inputs(cos, sin, mask, here), config)
       return (new_x, kept), None
 
-    (x, kept), _ = jax.lax.scan(body, (x, kept), (params["layers"], layer_ids))
+    (x, kept), _ = jax.lax.scan(body, (x, kept), (params["layers"], layer_ids, per_layer))
   else:
     def body(carry, xs):
       x, kept, k_all, v_all = carry
-      p, layer = xs
+      p, layer, here = xs
       kept = kept.at[slot[layer]].set(x, mode="drop") if wanted else kept
-      new_x, (k_all, v_all) = _layer(x, p, cos, sin, mask, config,
+      new_x, (k_all, v_all) = _layer(x, p, *_layer_inputs(cos, sin, mask, here), config,
                                      kv=(k_all, v_all, layer, cache.length))
       return (new_x, kept, k_all, v_all), None
 
     # Two layers per loop iteration halve the per-iteration overhead that dominates small-batch
     # decode steps on CPU (measured: batch 1 +10% tokens/s, batch 8 -7%).
     (x, kept, k_all, v_all), _ = jax.lax.scan(
-        body, (x, kept, cache.k, cache.v), (params["layers"], layer_ids), unroll=2)
+        body, (x, kept, cache.k, cache.v), (params["layers"], layer_ids, per_layer), unroll=2)
     cache = KVCache(k=k_all, v=v_all, positions=mask.kv_positions, length=cache.length + positions.shape[1])
 
-  h = rms_norm(x, params["final_norm"], config.rms_norm_eps)
+  h = _norm(x, params["final_norm"], config)
   selected = None
   if hidden_layers:
     selected = jnp.stack([h if i == config.num_layers else kept[wanted.index(i)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -16,22 +17,27 @@ def lead(w: jax.Array, x: jax.Array) -> jax.Array:
   return w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
 
 
-def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-  """RMSNorm over the last axis, computed in fp32 and cast back before the weight (as HF)."""
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float, unit_offset: bool = False) -> jax.Array:
+  """RMSNorm over the last axis, computed in fp32 as HF does: Llama casts back before the weight,
+  Gemma (`unit_offset`) scales by (1 + weight) in fp32 and casts after."""
   x32 = x.astype(jnp.float32)
   normed = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + eps)
+  if unit_offset:
+    return (normed * (1.0 + lead(weight, x).astype(jnp.float32))).astype(x.dtype)
   return lead(weight, x) * normed.astype(x.dtype)
 
 
-def rope_inv_freq(config: ModelConfig) -> np.ndarray:
-  """f32[head_dim // 2] inverse frequencies, with optional linear / llama3 scaling.
+def rope_inv_freq(config: ModelConfig, local: bool = False) -> np.ndarray:
+  """f32[head_dim // 2] inverse frequencies, with optional linear / llama3 scaling; `local`: those
+  of the sliding layers (`local_rope_theta`, unscaled).
 
   Computed in float32 in the same order of operations as transformers' rope init functions.
   """
   dim = config.head_dim
+  theta = config.local_rope_theta if local else config.rope_theta
   exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
-  inv_freq = (np.float32(1.0) / np.power(np.float32(config.rope_theta), exponent)).astype(np.float32)
-  scaling = config.rope_scaling
+  inv_freq = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
+  scaling = None if local else config.rope_scaling
   if scaling is None:
     return inv_freq
   if scaling.kind == "linear":
@@ -49,9 +55,10 @@ def rope_inv_freq(config: ModelConfig) -> np.ndarray:
   return np.where(is_medium, smoothed, scaled).astype(np.float32)
 
 
-def rope_cos_sin(positions: jax.Array, config: ModelConfig) -> tuple[jax.Array, jax.Array]:
+def rope_cos_sin(positions: jax.Array, config: ModelConfig,
+                 local: bool = False) -> tuple[jax.Array, jax.Array]:
   """positions i32[B, T] -> (cos, sin) f32[B, T, head_dim], HF's concatenated-halves layout."""
-  inv_freq = jnp.asarray(rope_inv_freq(config))
+  inv_freq = jnp.asarray(rope_inv_freq(config, local))
   freqs = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
   emb = jnp.concatenate([freqs, freqs], axis=-1)
   return jnp.cos(emb), jnp.sin(emb)
@@ -66,8 +73,15 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
   return x * cos + rotated * sin
 
 
-def swiglu_mlp(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array) -> jax.Array:
-  """down(silu(gate(x)) * up(x)); x[B, T, D]."""
+# The gated MLP's activations by `ModelConfig.activation`; gelu_tanh is torch's
+# gelu(approximate="tanh") (HF's gelu_pytorch_tanh).
+ACTIVATION_FNS = {"silu": jax.nn.silu,
+                  "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True)}
+
+
+def gated_mlp(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array,
+              activation: str = "silu") -> jax.Array:
+  """down(act(gate(x)) * up(x)) on x[B, T, D]: SwiGLU with silu, GeGLU with gelu_tanh."""
   gate = jnp.einsum("btd,df->btf", x, w_gate)
   up = jnp.einsum("btd,df->btf", x, w_up)
-  return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, w_down)
+  return jnp.einsum("btf,fd->btd", ACTIVATION_FNS[activation](gate) * up, w_down)

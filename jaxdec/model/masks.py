@@ -70,13 +70,15 @@ class MaskSpec:
   """Visibility for one forward: queries q_positions i32[B, T] against key slots holding
   kv_positions i32[B, S]; slots >= kv_length i32[B] are hidden. With `tree` bool[B or 1, T, T],
   the T keys written by this forward at slots [tree_start, tree_start + T) are visible to query i
-  iff tree[i, j], instead of by the pattern."""
+  iff tree[i, j], instead of by the pattern. `window` (a query sees keys fewer than `window`
+  positions back) is a Python int when every layer shares it, or a traced i32[] that the layer
+  scan sets per layer (Gemma's sliding and full-attention layers)."""
 
   q_positions: jax.Array
   kv_positions: jax.Array
   kv_length: jax.Array
   pattern: object = struct.field(pytree_node=False, default=Causal())
-  window: int | None = struct.field(pytree_node=False, default=None)
+  window: int | jax.Array | None = None
   tree: jax.Array | None = None
   tree_start: jax.Array | None = None
 

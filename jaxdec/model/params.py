@@ -47,6 +47,9 @@ def param_specs(config: ModelConfig) -> dict:
   if c.qk_norm:
     layers["q_norm"] = ParamSpec((L, hd), ("layers", "head_dim"))
     layers["k_norm"] = ParamSpec((L, hd), ("layers", "head_dim"))
+  if c.post_norms:
+    layers["post_attn_norm"] = ParamSpec((L, D), ("layers", "embed"))
+    layers["post_mlp_norm"] = ParamSpec((L, D), ("layers", "embed"))
   specs = {
       "embed": ParamSpec((V, D), ("vocab", "embed")),
       "layers": layers,
@@ -77,13 +80,14 @@ def flatten(params: dict) -> dict[str, jax.Array]:
 
 def init_params(config: ModelConfig, key: jax.Array, dtype=jnp.float32, std: float = 0.02) -> dict:
   """Random initialisation: N(0, std) matrices (output projections scaled by 1/sqrt(2L), as in
-  GPT-2), unit norm weights, zero biases."""
+  GPT-2), norms that scale by 1 (zero weights where the norm adds 1, as Gemma's), zero biases."""
   flat = {}
   specs = flat_specs(config)
+  norm_init = jnp.zeros if config.norm_unit_offset else jnp.ones
   for i, (name, spec) in enumerate(sorted(specs.items())):
     leaf = name.rsplit("/", 1)[-1]
     if leaf.endswith("norm"):
-      flat[name] = jnp.ones(spec.shape, dtype)
+      flat[name] = norm_init(spec.shape, dtype)
     elif leaf in ("bq", "bk", "bv"):
       flat[name] = jnp.zeros(spec.shape, dtype)
     else:

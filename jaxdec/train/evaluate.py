@@ -15,20 +15,17 @@ from jaxdec.decoding import positions
 from jaxdec.model import Model, ModelConfig, forward
 from jaxdec.train.objectives import MaskedDiffusion
 
-DEFAULT_WINDOW = 512  # Tokens per window when nothing records the model's training window.
-
-
 def eval_window(path: str, config: ModelConfig) -> int:
   """The window `jaxdec eval` uses for the model at `path`: the seq_len of the recipe it was
   trained and evaluated with (its zoo.json metadata), so figures match the recorded ones; else
-  min(max_position_embeddings, 512)."""
+  the model's own context length, max_position_embeddings (the most context it can use)."""
   from jaxdec import io, zoo
 
   recipe = zoo.metadata(io.resolve(path)).get("recipe", {})
   window = recipe.get("seq_len")
   if isinstance(window, int) and 2 <= window <= config.max_position_embeddings:
     return window
-  return min(config.max_position_embeddings, DEFAULT_WINDOW)
+  return config.max_position_embeddings
 
 
 def _windows(docs: list[np.ndarray], length: int, overlap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,13 +68,18 @@ def _dlm_nll(params, tokens, valid, key, t, *, config: ModelConfig):
 
 
 def bits_per_byte(model: Model, tokenizer, texts: list[str], seq_len: int = 256, batch: int = 16,
-                  diffusion_levels: int = 8, seed: int = 0) -> dict:
+                  diffusion_levels: int = 8, seed: int = 0, progress: bool = False,
+                  desc: str = "scoring") -> dict:
   """{'bits_per_byte', 'nats_per_token', 'tokens', 'bytes'} over `texts`.
 
   AR: windows overlap by one token, so every token but the first (BOS) of a document is scored
-  with up to `seq_len - 1` tokens of context. Bidirectional: non-overlapping windows, the ELBO
-  estimated at `diffusion_levels` stratified masking ratios (a fixed-seed Monte Carlo bound).
+  with up to `seq_len - 1` tokens of context; windows are cut to the longest document when all
+  are shorter (the same scores, less padding to run). Bidirectional: non-overlapping windows, the
+  ELBO estimated at `diffusion_levels` stratified masking ratios (a fixed-seed Monte Carlo
+  bound). `progress` shows a tqdm bar over the windows, named `desc`.
   """
+  from tqdm.auto import tqdm
+
   if not texts:
     raise ValueError("bits_per_byte needs at least one text, got none")
   if tokenizer.bos_id is None:
@@ -86,7 +88,11 @@ def bits_per_byte(model: Model, tokenizer, texts: list[str], seq_len: int = 256,
   n_bytes = sum(len(t.encode("utf-8")) for t in texts)
   n_tokens = sum(len(d) - 1 for d in docs)
   causal = model.config.is_causal
+  if causal:  # Causal only: padding after a document changes none of its scores.
+    seq_len = max(2, min(seq_len, max(len(d) for d in docs)))
   tokens, valid = _windows(docs, seq_len, overlap=1 if causal else 0)
+  count = len(tokens)
+  bar = tqdm(total=count, desc=desc, unit="window", disable=not progress)
   pad = (-len(tokens)) % batch
   tokens = np.concatenate([tokens, np.zeros((pad, seq_len), np.int32)])
   valid = np.concatenate([valid, np.zeros((pad, seq_len), bool)])
@@ -101,5 +107,7 @@ def bits_per_byte(model: Model, tokenizer, texts: list[str], seq_len: int = 256,
                                (j + 0.5) / diffusion_levels, config=model.config))
                 for j in range(diffusion_levels)]
       total += float(np.mean(levels))
+    bar.update(min(batch, count - i))
+  bar.close()
   return {"bits_per_byte": total / math.log(2) / n_bytes, "nats_per_token": total / n_tokens,
           "tokens": n_tokens, "bytes": n_bytes}

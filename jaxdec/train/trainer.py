@@ -4,7 +4,14 @@ from the tokenized corpus, orbax CheckpointManager checkpoints, exact resume.
 
 Every source of randomness is a pure function of (seed, step): the batch (`sample_windows`) and
 the objective's corruption key. Restoring (params, optimizer state, step) therefore continues a
-run exactly where it stopped.
+run exactly where it stopped; Ctrl-C saves a checkpoint first (`TrainingInterrupted`).
+
+On a mesh (`Trainer(..., mesh=)`, and always with several processes) training is data parallel
+over the mesh's `data` axis with a whole decoder's params sharded as for decoding
+(`jaxdec.sharding.param_shardings`). Every process reads the same token stream and builds the
+same global batch from (seed, step); each puts only its own devices' rows on them. Checkpoints
+are orbax's, written by all processes together into a workdir they all see (a shared
+filesystem); process 0 alone writes metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ import dataclasses
 import json
 import math
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -22,7 +31,10 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxdec import sharding
 from jaxdec.model import Model, ModelConfig
 from jaxdec.corpus import sample_windows
 from jaxdec.train.objectives import NextToken
@@ -156,6 +168,26 @@ def step_key(seed: int, step: int) -> jax.Array:
   return jax.random.fold_in(jax.random.key(seed), step)
 
 
+def _truncate_log(path: str, step: int) -> None:
+  """Drop the rows of metrics.jsonl past `step` (logged after the checkpoint a run resumes from,
+  they are logged again) and any row a killed run cut short, so each step has one row."""
+  if not os.path.exists(path):
+    return
+  def step_of(line: str) -> int | None:
+    try:
+      return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):  # A row cut short by a killed run.
+      return None
+
+  with open(path) as f:
+    lines = f.readlines()
+  kept = [line for line in lines if (row := step_of(line)) is not None and row <= step]
+  if len(kept) != len(lines):
+    with open(path + ".tmp", "w") as f:
+      f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
 def _shapes(tree) -> dict[str, tuple]:
   """'a/b/0' -> shape for every leaf (stored checkpoints spell integer keys as strings)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
@@ -173,16 +205,75 @@ def _differences(saved, current, path: str = "") -> list[str]:
   return [] if saved == current else [f"{path}: {short(saved)} -> {short(current)}"]
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+  """Ctrl-C stopped `Trainer.run` after it saved a checkpoint of `step` under `directory`; the
+  same run resumes from it. A KeyboardInterrupt, so callers that do not catch it stop as on
+  Ctrl-C."""
+
+  def __init__(self, step: int, directory: str):
+    super().__init__(f"interrupted at step {step}; checkpoint saved in {directory}")
+    self.step, self.directory = step, directory
+
+
+class _StopOnSigint:
+  """Within `with`, the first Ctrl-C (SIGINT) only sets `requested`, so that training stops
+  between two steps, with params, optimizer state and step consistent for the checkpoint; a
+  second Ctrl-C raises KeyboardInterrupt at once. Outside the main thread (where Python cannot
+  handle signals) it changes nothing."""
+
+  def __enter__(self):
+    self.requested = False
+    self._previous = None
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGINT, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    if self.requested:
+      raise KeyboardInterrupt
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGINT, self._previous)
+
+
+def _any_process(flag: bool) -> bool:
+  """`flag` of any process (one small collective when there are several), so that every process
+  leaves the loop at the same step."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+
+
+def default_mesh(batch_size: int) -> Mesh | None:
+  """None on one process; with several, every device of every process: data parallel over as
+  many devices as divide the batch, the rest tensor parallel."""
+  if jax.process_count() == 1:
+    return None
+  data = math.gcd(batch_size, jax.device_count())
+  return sharding.make_mesh(data=data, model=jax.device_count() // data)
+
+
 class Trainer:
   """Owns the trainable params, optimizer and checkpoints of one run in `workdir`.
 
   `target` (a Model) is the frozen target; by default `cfg.target` is loaded (float32). It is
   passed to the objective under stop_gradient and is never optimised or checkpointed.
+  `mesh` (axes 'data', 'model'; see `jaxdec.sharding.make_mesh`) makes training data parallel
+  over `data`, a whole decoder's params sharded over `model`, other parts' params replicated;
+  `cfg.batch_size` must divide by the data axis. It defaults to `default_mesh` (None on one
+  process).
   """
 
-  def __init__(self, cfg: TrainConfig, workdir: str, target: Model | None = None):
+  def __init__(self, cfg: TrainConfig, workdir: str, target: Model | None = None,
+               mesh: Mesh | None = None):
     self.cfg = cfg
     self.workdir = os.path.abspath(workdir)
+    self.mesh = default_mesh(cfg.batch_size) if mesh is None else mesh
+    if self.mesh is not None and cfg.batch_size % sharding.data_size(self.mesh):
+      raise ValueError(f"TrainConfig.batch_size={cfg.batch_size} is not divisible by the mesh's "
+                       f"data axis of size {sharding.data_size(self.mesh)}")
     if target is None and cfg.target is not None:
       from jaxdec import io
 
@@ -191,13 +282,24 @@ class Trainer:
       raise TypeError(f"target must be a jaxdec Model, got {type(target).__name__}")
     self.part = cfg.trainable
     self.part.check(target)
+    if target is not None and self.mesh is not None:
+      target = sharding.shard_model(target, self.mesh)
     self.target = target
-    self.module = TrainedParams(self.part, self.part.init(jax.random.key(cfg.seed), target))
+    params = self.part.init(jax.random.key(cfg.seed), target)
+    if self.mesh is not None:
+      params = jax.tree.map(sharding.to_global, params, self._param_shardings(params))
+    self.module = TrainedParams(self.part, params)
     self.objective = cfg.objective
     self.optimizer = nnx.Optimizer(self.module, make_optimizer(cfg), wrt=nnx.Param)
+    if self.mesh is not None:  # Adam's moments follow the params; its step count is replicated.
+      replicated = NamedSharding(self.mesh, P())
+      state = nnx.state(self.optimizer)
+      nnx.update(self.optimizer, jax.tree.map(
+          lambda x: x if isinstance(getattr(x, "sharding", None), NamedSharding)
+          else sharding.to_global(x, replicated), state))
     self.step = 0
     self.manager = ocp.CheckpointManager(
-        os.path.join(self.workdir, "checkpoints"),
+        self.checkpoint_dir,
         options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
         item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
     try:
@@ -205,6 +307,25 @@ class Trainer:
     except ValueError:
       self.manager.close()
       raise
+
+  def _param_shardings(self, params):
+    """A whole decoder's params shard as for decoding; any other part's are replicated."""
+    if isinstance(self.part, FullModel):
+      return sharding.param_shardings(self.part.config, self.mesh)
+    return jax.tree.map(lambda _: NamedSharding(self.mesh, P()), params)
+
+  def _batch(self, rows: np.ndarray) -> jax.Array:
+    """i32[B, T] host rows (the same on every process) on the mesh, split over `data` (a
+    remainder that does not divide it, in `evaluate`, is replicated)."""
+    if self.mesh is None:
+      return jnp.asarray(rows)
+    split = len(rows) % sharding.data_size(self.mesh) == 0
+    return sharding.to_global(rows, sharding.batch_sharding(self.mesh) if split
+                              else NamedSharding(self.mesh, P()))
+
+  @property
+  def checkpoint_dir(self) -> str:
+    return os.path.join(self.workdir, "checkpoints")
 
   def fingerprint(self) -> dict:
     """What a checkpoint's params mean: the part's description and the target's config."""
@@ -247,53 +368,87 @@ class Trainer:
     self.manager.wait_until_finished()
 
   def to_model(self) -> Model:
-    """The trained decoder as a Model (for parts that are whole decoders)."""
+    """The trained decoder as a Model (for parts that are whole decoders); with several
+    processes its params are gathered, in full on every process, for evaluating and export."""
     if not hasattr(self.part, "to_model"):
       raise TypeError(f"{type(self.part).__name__} is not a whole model (it has no to_model)")
-    return self.part.to_model(self.module.params())
+    params = self.module.params()
+    if jax.process_count() > 1:
+      params = jax.tree.map(jnp.asarray, multihost_utils.process_allgather(params, tiled=True))
+    return self.part.to_model(params)
 
   def evaluate(self, windows: np.ndarray) -> float:
     """Mean objective on fixed windows (fixed corruption key, so values are comparable)."""
-    losses = [float(eval_step(self.module, jnp.asarray(windows[i:i + self.cfg.batch_size]),
+    losses = [float(eval_step(self.module, self._batch(windows[i:i + self.cfg.batch_size]),
                               step_key(self.cfg.seed + 1, i), self.objective, self.target))
               for i in range(0, len(windows), self.cfg.batch_size)]
     return float(np.mean(losses))
 
   def run(self, stream: np.ndarray, val_windows: np.ndarray | None = None, stop_at: int | None = None,
           progress: bool = True) -> list[dict]:
-    """Train from `self.step` up to `cfg.steps` (or `stop_at`); returns the logged records."""
+    """Train from `self.step` up to `cfg.steps` (or `stop_at`); returns the logged records.
+
+    Ctrl-C stops after the current step, saves a checkpoint and raises `TrainingInterrupted`
+    (a second Ctrl-C stops at once, without saving); so does a KeyboardInterrupt raised inside
+    the loop. With several processes, Ctrl-C on any of them stops all after the same step.
+    metrics.jsonl keeps one row per step: rows past the step this run starts from (logged after
+    the last checkpoint of an earlier run) are dropped first.
+    """
     from tqdm.auto import tqdm
 
     cfg = self.cfg
     end = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
     log_path = os.path.join(self.workdir, "metrics.jsonl")
+    lead = jax.process_index() == 0
+    if lead:
+      _truncate_log(log_path, self.step)
     records = []
-    bar = tqdm(total=end, initial=self.step, disable=not progress, desc=cfg.name, unit="step")
-    tokens_per_step = cfg.batch_size * cfg.seq_len
-    while self.step < end:
-      t0 = time.perf_counter()
-      batch = sample_windows(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
-      loss, _ = train_step(self.module, self.optimizer, jnp.asarray(batch),
-                           step_key(cfg.seed, self.step), self.objective, self.target)
-      loss = float(loss)
-      if not math.isfinite(loss):
-        raise FloatingPointError(f"loss became {loss} at step {self.step}")
-      self.step += 1
-      rate = tokens_per_step / (time.perf_counter() - t0)
-      bar.update(1)
-      bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
-      record = {"step": self.step, "loss": loss, "tokens_per_s": rate,
-                "tokens_seen": self.step * tokens_per_step}
-      if val_windows is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
-        record["val_loss"] = self.evaluate(val_windows)
-        bar.write(f"{cfg.name} step {self.step}: train {loss:.3f}  val {record['val_loss']:.3f}")
-      records.append(record)
-      with open(log_path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-      if self.step % cfg.checkpoint_every == 0 or self.step == end:
+    bar = tqdm(total=end, initial=self.step, disable=not (progress and lead), desc=cfg.name,
+               unit="step")
+    stopped = False
+    with _StopOnSigint() as sigint:
+      try:
+        while self.step < end and not (stopped := _any_process(sigint.requested)):
+          record = self._one_step(stream, val_windows, bar)
+          records.append(record)
+          if lead:
+            with open(log_path, "a") as f:
+              f.write(json.dumps(record) + "\n")
+          if self.step % cfg.checkpoint_every == 0 or self.step == end:
+            self.save()
+      except KeyboardInterrupt:
+        if sigint.requested:  # A second Ctrl-C: the state may be mid-update, do not save it.
+          raise
+        stopped = True
+      finally:
+        bar.close()
+    if stopped:
+      if self.manager.latest_step() != self.step:
         self.save()
-    bar.close()
+      raise TrainingInterrupted(self.step, self.checkpoint_dir)
     return records
+
+  def _one_step(self, stream: np.ndarray, val_windows: np.ndarray | None, bar) -> dict:
+    """One optimizer step (and the evaluation when due); its metrics record."""
+    cfg = self.cfg
+    t0 = time.perf_counter()
+    batch = sample_windows(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
+    loss, _ = train_step(self.module, self.optimizer, self._batch(batch),
+                         step_key(cfg.seed, self.step), self.objective, self.target)
+    loss = float(loss)
+    if not math.isfinite(loss):
+      raise FloatingPointError(f"loss became {loss} at step {self.step}")
+    self.step += 1
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    rate = tokens_per_step / (time.perf_counter() - t0)
+    bar.update(1)
+    bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
+    record = {"step": self.step, "loss": loss, "tokens_per_s": rate,
+              "tokens_seen": self.step * tokens_per_step}
+    if val_windows is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
+      record["val_loss"] = self.evaluate(val_windows)
+      bar.write(f"{cfg.name} step {self.step}: train {loss:.3f}  val {record['val_loss']:.3f}")
+    return record
 
   def close(self) -> None:
     self.manager.close()

@@ -14,22 +14,22 @@ import jax.numpy as jnp
 from jaxdec.convert import export_hf
 from jaxdec.model import Model
 from jaxdec.tokenizer import Tokenizer
-from jaxdec import corpus
+from jaxdec import corpus, plots
 from jaxdec.train.evaluate import bits_per_byte
+from jaxdec.train.objectives import MaskedDiffusion, NextToken
 from jaxdec.train.tokenizer import train_bpe
 from jaxdec.train.trainer import TrainConfig, Trainer
 from jaxdec.zoo import METADATA_FILE
 
-TOKENIZER_VOCAB = 4096
-
-
-def zoo_tokenizer(vocab_size: int = TOKENIZER_VOCAB) -> Tokenizer:
-  """The shared byte-level BPE, trained on the stdlib train split (deterministic, ~5 s), cached."""
-  version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
-  path = os.path.join(corpus.cache_dir(), f"tokenizer-{version}-{vocab_size}.json")
+def zoo_tokenizer(vocab_size: int | None = None, source=corpus.STDLIB) -> Tokenizer:
+  """The byte-level BPE of a text source (`jaxdec.corpus`; the stdlib's, ~5 s, by default),
+  trained on its train split with its `vocab_size` (unless given) and digit rule; deterministic,
+  cached."""
+  vocab_size = source.vocab_size if vocab_size is None else vocab_size
+  path = os.path.join(corpus.cache_dir(), f"tokenizer-{source.key()}-{vocab_size}.json")
   if not os.path.exists(path):
-    texts, _ = corpus.read_texts(corpus.stdlib_split("train"))
-    train_bpe(texts, vocab_size).backend.save(path)
+    train_bpe(source.documents("train"), vocab_size,
+              individual_digits=source.individual_digits).backend.save(path)
   from jaxdec.train.tokenizer import SPECIAL_TOKENS
 
   return Tokenizer.from_file(path, **SPECIAL_TOKENS)
@@ -50,20 +50,26 @@ def _recipe(cfg: TrainConfig) -> dict:
 
 
 def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
-                     third_party_dir: str | None = None, progress: bool = True) -> dict:
+                     third_party_dir: str | None = None, progress: bool = True,
+                     plot: bool | None = False) -> dict:
   """Train `cfg` in `workdir` (resuming if it holds checkpoints), evaluate, and, when
   `export_dir` is given, export it there as an HF directory with tokenizer.json and zoo.json
-  metadata. Nothing is written anywhere else (never into the installed package unless
+  metadata. `plot` draws the run's curves into WORKDIR/training.png (`plot_training`): True
+  always (ImportError, before training, without matplotlib), None when matplotlib is installed,
+  False never. Nothing is written anywhere else (never into the installed package unless
   `export_dir` says so). Returns the metadata."""
+  if plot:
+    plots.require()
   if not hasattr(cfg.trainable, "to_model"):
     raise ValueError(f"train_and_export trains and exports whole models; {cfg.name!r} trains a "
                      f"{type(cfg.trainable).__name__} (use Trainer directly)")
   trainer = Trainer(cfg, workdir)  # First: a workdir of another model fails before data loads.
-  tokenizer = zoo_tokenizer()
-  stream = corpus.token_stream("train", tokenizer)
+  source = corpus.source_of(cfg.data)
+  tokenizer = zoo_tokenizer(source=source)
+  stream = corpus.token_stream("train", tokenizer, source)
   if cfg.data is not None:
     stream = cfg.data.build(stream, progress=progress)
-  val_stream = corpus.token_stream("validation", tokenizer)
+  val_stream = corpus.token_stream("validation", tokenizer, source)
   val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
   start_step, t0 = trainer.step, time.perf_counter()
   trainer.run(stream, val_windows, progress=progress)
@@ -72,12 +78,14 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   # Evaluate the weights that ship: rounded to the export dtype, computed in fp32.
   model = _rounded(trainer.to_model(), cfg.export_dtype)
 
-  val_texts, _ = corpus.read_texts(corpus.stdlib_split("validation"))
-  evals = {"stdlib_validation": bits_per_byte(model, tokenizer, val_texts, seq_len=cfg.seq_len)}
+  val_texts = source.documents("validation")
+  evals = {f"{source.name}_validation": bits_per_byte(model, tokenizer, val_texts,
+                                                      seq_len=cfg.seq_len)}
   if third_party_dir:
     texts, _ = corpus.read_texts(corpus.list_python_files(third_party_dir))
+    # The directory's name, not its path: the metadata ships, the machine it was made on doesn't.
     evals["third_party"] = dict(bits_per_byte(model, tokenizer, texts, seq_len=cfg.seq_len),
-                                directory=third_party_dir)
+                                directory=os.path.basename(os.path.normpath(third_party_dir)))
   steps_log = _read_metrics(workdir)
   meta = {
       "name": cfg.name, "recipe": _recipe(cfg), "seed": cfg.seed, "steps": trainer.step,
@@ -89,9 +97,43 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
       "eval": evals, "python": sys.version.split()[0], "jax": jax.__version__,
   }
   meta.update(lineage(cfg.init_from, meta))
-  if export_dir:
+  if export_dir and jax.process_index() == 0:  # Several processes: one writes the export.
     export_zoo_model(model, tokenizer, export_dir, meta, cfg.export_dtype)
+  _maybe_plot(cfg, workdir, meta, plot)
   return meta
+
+
+def _maybe_plot(cfg: TrainConfig, workdir: str, meta: dict, plot: bool | None) -> str | None:
+  """`train_and_export`'s `plot` rule; returns the PNG's path, or None (saying why when the user
+  did not choose)."""
+  if plot or (plot is None and plots.available()):
+    path = plot_training(cfg, workdir, meta)
+    print(f"wrote {path}")
+    return path
+  if plot is None:
+    print(f"no training plot: matplotlib is not installed ({plots.INSTALL})")
+  return None
+
+
+def _loss_is_nll(objective) -> bool:
+  """Whether the objective's loss is a nats-per-token NLL (bound), convertible to bits per byte."""
+  return (isinstance(objective, NextToken)
+          or (isinstance(objective, MaskedDiffusion) and not objective.certainty_weight))
+
+
+def plot_training(cfg: TrainConfig, workdir: str, meta: dict) -> str:
+  """WORKDIR/training.png from WORKDIR/metrics.jsonl: loss vs step, and validation bits per
+  byte vs step (the validation loss x the stdlib validation split's tokens per byte, for NLL
+  objectives) with the exported weights' full evaluations (`meta['eval']`) at the last step."""
+  evals = meta.get("eval", {})
+  val = evals.get("stdlib_validation")
+  tokens_per_byte = val["tokens"] / val["bytes"] if val and _loss_is_nll(cfg.objective) else None
+  final = {name.replace("_", " "): e["bits_per_byte"] for name, e in evals.items()}
+  fig = plots.training_curves(
+      _read_metrics(workdir), tokens_per_byte=tokens_per_byte, final=final,
+      title=f"{cfg.name}: {type(cfg.objective).__name__}, batch {cfg.batch_size} x "
+            f"{cfg.seq_len} tokens, {meta['steps']} steps")
+  return plots.save(fig, os.path.join(workdir, "training.png"))
 
 
 def lineage(init_from: str | None, meta: dict) -> dict:

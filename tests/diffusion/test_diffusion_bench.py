@@ -8,14 +8,43 @@ from jaxdec.bench import diffusion as bench
 def test_bench_reports_the_baseline_and_a_fast_configuration(tmp_path, capsys):
   out = tmp_path / "diffusion.json"
   record = bench.run("random", batch_sizes=(2,), num_prompts=2, gen_length=32, block_length=16,
-                     prompt_tokens=20, repeats=1, names=["threshold 0.9 + dual"], out=str(out))
+                     prompt_tokens=20, repeats=1, names=["threshold 0.9 + dual"], out=str(out),
+                     plot=True)
   base, fast = record["rows"]
   assert base["batch"] == fast["batch"] == 2
   assert base["config"] == "LLaDA steps=G" and fast["config"] == "threshold 0.9 + dual"
   assert base["NFE"] == 32 and base["agreement"] == 1.0 and base["speedup"] == 1.0
   assert 1 <= fast["NFE"] <= 32 and 0.0 <= fast["agreement"] <= 1.0
-  assert json.loads(out.read_text())["rows"][1]["config"] == "threshold 0.9 + dual"
+  saved = json.loads(out.read_text())
+  assert saved["rows"][1]["config"] == "threshold 0.9 + dual"
   assert "threshold 0.9 + dual" in capsys.readouterr().out
+  # Per forward: the baseline fills one mask each of its 32 forwards; every row fills all 32
+  # masks; the rows still decoding end when the last row's forwards do.
+  assert base["tokens per forward by step"] == [1.0] * 32 and base["rows by step"] == [2] * 32
+  filled = sum(t * r for t, r in zip(fast["tokens per forward by step"], fast["rows by step"]))
+  assert filled == 2 * 32
+  assert sum(fast["rows by step"]) == 2 * fast["NFE"]
+
+  # The PNGs next to the JSON draw the JSON's numbers.
+  from matplotlib.image import imread
+
+  from jaxdec import plots
+
+  assert saved["plots"] == [str(tmp_path / "diffusion_speedup.png"),
+                            str(tmp_path / "diffusion_tokens_per_forward.png")]
+  figs = bench.figures(saved)
+  for name, fig in figs.items():
+    image = imread(str(tmp_path / f"diffusion_{name}.png"))
+    width, height = fig.get_size_inches() * plots.DPI
+    assert image.shape == (round(height), round(width), 4) and image[..., :3].std() > 0.05
+  ax = figs["speedup"].axes[0]
+  assert [t.get_text() for t in ax.get_yticklabels()] == [r["config"] for r in saved["rows"]]
+  assert [b.get_width() for b in ax.containers[0]] == [r["speedup"] for r in saved["rows"]]
+  top, bottom = figs["tokens_per_forward"].axes
+  for line, row in zip(top.get_lines(), saved["rows"]):
+    assert line.get_label() == row["config"]
+    assert list(line.get_ydata()) == row["tokens per forward by step"]
+  assert [line.get_ydata()[-1] for line in bottom.get_lines()[:2]] == [32, 32]  # Every token.
 
 
 def test_distinct_ngrams_flags_loops():

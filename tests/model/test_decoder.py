@@ -1,10 +1,25 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdec.model import Bidirectional, KVCache, check_params
+from jaxdec.model import Bidirectional, KVCache, RopeScaling, check_params
 from tiny import jit_forward as forward, tiny_model
+
+# Every Gemma feature at once: per-layer windows (the first layer slides) and RoPE bases, q/k
+# norms, soft-caps, GeGLU, (1 + w) norms, post-norms, scaled tied embeddings.
+GEMMA = dict(sliding_window=4, sliding_layers=(True, False), local_rope_theta=100.0,
+             rope_scaling=RopeScaling("linear", 4.0), qk_norm=True, embed_scale=True,
+             norm_unit_offset=True, post_norms=True, activation="gelu_tanh",
+             query_pre_attn_scalar=24, attn_logit_softcap=2.0, final_logit_softcap=3.0,
+             tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+  return tiny_model(**GEMMA)
 
 
 
@@ -16,8 +31,10 @@ def _tokens(batch, steps, vocab, seed=0):
   return jnp.asarray(np.random.RandomState(seed).randint(0, vocab, (batch, steps)), jnp.int32)
 
 
-def test_cached_decoding_equals_full_forward(model):
+@pytest.mark.parametrize("which", ["model", "gemma"])
+def test_cached_decoding_equals_full_forward(which, request):
   """Prefill in chunks, then one token at a time: every logit equals the full forward's."""
+  model = request.getfixturevalue(which)
   cfg, params = model.config, model.params
   tokens = _tokens(2, 20, cfg.vocab_size)
   full, _, _ = forward(params, tokens, _positions(2, 0, 20), config=cfg)
@@ -61,9 +78,11 @@ def test_per_row_cache_lengths(model):
     np.testing.assert_allclose(logits[row, 0], ref[0, -1], atol=1e-5)
 
 
-def test_tree_mask_matches_chains(model):
+@pytest.mark.parametrize("which", ["model", "gemma"])
+def test_tree_mask_matches_chains(which, request):
   """A block with a custom mask (two branches from one root) gives each node the logits of the
   plain causal sequence along its own branch."""
+  model = request.getfixturevalue(which)
   cfg, params = model.config, model.params
   prefix = _tokens(1, 6, cfg.vocab_size, seed=2)
   # Nodes: 0 root, 1 child of 0, 2 child of 0 (sibling of 1), 3 child of 2.
@@ -96,6 +115,36 @@ def test_sliding_window_limits_context():
   # position 8 reaches back to 2.
   np.testing.assert_allclose(la[0, -1], lb[0, -1], atol=1e-6)
   assert not np.allclose(la[0, 8], lb[0, 8])
+
+
+def test_per_layer_windows():
+  """sliding_layers sets the window layer by layer (in the scan): all True equals the one window
+  of every layer (Mistral's static path); a full-attention layer sees past it."""
+  base = tiny_model(sliding_window=4)
+  with_layers = lambda layers: dataclasses.replace(base.config, sliding_layers=layers)
+  a = _tokens(1, 12, base.config.vocab_size, seed=3)
+  b = a.at[0, :5].set((a[0, :5] + 1) % base.config.vocab_size)
+  pos = _positions(1, 0, 12)
+  static, _, _ = forward(base.params, a, pos, config=base.config)
+  every, _, _ = forward(base.params, a, pos, config=with_layers((True, True)))
+  np.testing.assert_allclose(every, static, atol=1e-6)
+  # Position 11 is out of reach of positions 0..4 through two windows of 4, not through one.
+  mixed_a, _, _ = forward(base.params, a, pos, config=with_layers((True, False)))
+  mixed_b, _, _ = forward(base.params, b, pos, config=with_layers((True, False)))
+  assert not np.allclose(mixed_a[0, -1], mixed_b[0, -1], atol=1e-4)
+
+
+def test_gemma_config_checks():
+  with pytest.raises(ValueError, match="sliding_layers has 3 entries for num_layers=2"):
+    tiny_model(sliding_window=4, sliding_layers=(True, False, True))
+  with pytest.raises(ValueError, match="sliding_layers needs a sliding_window"):
+    tiny_model(sliding_layers=(True, False))
+  with pytest.raises(ValueError, match="local_rope_theta=100.0 needs sliding_layers"):
+    tiny_model(local_rope_theta=100.0)
+  with pytest.raises(ValueError, match="activation must be one of .* got 'relu'"):
+    tiny_model(activation="relu")
+  with pytest.raises(ValueError, match="final_logit_softcap must be positive or None, got 0.0"):
+    tiny_model(final_logit_softcap=0.0)
 
 
 def test_bidirectional_config_sees_the_future():

@@ -273,3 +273,111 @@ def test_a_workdir_of_another_model_is_refused(tmp_path, stream):
   with pytest.raises(ValueError, match="holds another model's run.*other parameter shapes"):
     Trainer(wider, str(tmp_path / "old"))
   assert Trainer(_config(steps=6), str(tmp_path / "old")).step == 3  # Old runs still resume.
+
+
+def _interrupt_at(monkeypatch, call: int, how: str) -> None:
+  """Patch train_step so that its `call`-th call (0-based) interrupts the run: 'raise' raises
+  KeyboardInterrupt before the step, 'signal' sends this process SIGINT (Ctrl-C) during it,
+  'crash' raises RuntimeError before it (a crash: nothing is saved)."""
+  import os
+  import signal
+
+  from jaxdec.train import trainer as trainer_module
+
+  real, calls = trainer_module.train_step, []
+
+  def step(*args):
+    calls.append(None)
+    if len(calls) == call + 1:
+      if how == "signal":
+        os.kill(os.getpid(), signal.SIGINT)
+      else:
+        raise KeyboardInterrupt if how == "raise" else RuntimeError("crash")
+    return real(*args)
+
+  monkeypatch.setattr(trainer_module, "train_step", step)
+
+
+def _logged(workdir) -> list[dict]:
+  import json
+
+  with open(workdir / "metrics.jsonl") as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def straight_losses(tmp_path_factory, stream):
+  """The losses of an uninterrupted run of `_config(steps=6)`."""
+  with jax.numpy_dtype_promotion("standard"):
+    trainer = Trainer(_config(steps=6), str(tmp_path_factory.mktemp("straight")))
+    return [r["loss"] for r in trainer.run(stream, progress=False)]
+
+
+@pytest.mark.parametrize("how, call, saved", [("raise", 4, 4), ("signal", 3, 4), ("crash", 4, 3)])
+def test_an_interrupted_run_resumes_exactly_with_one_metrics_row_per_step(
+    tmp_path, stream, monkeypatch, straight_losses, how, call, saved):
+  """Ctrl-C (a SIGINT, or a KeyboardInterrupt raised in the loop) saves a checkpoint of the last
+  finished step and raises TrainingInterrupted; after a crash the run resumes from the last
+  checkpoint (step 3) instead. Either way the resumed run ends with the straight run's losses,
+  and metrics.jsonl holds each step once (rows logged past the checkpoint are dropped)."""
+  import signal
+
+  from jaxdec.train.trainer import TrainingInterrupted
+
+  cfg = _config(steps=6)  # Checkpoints every 3 steps.
+  run = Trainer(cfg, str(tmp_path / "b"))
+  _interrupt_at(monkeypatch, call, how)
+  with pytest.raises(TrainingInterrupted if how != "crash" else RuntimeError) as info:
+    run.run(stream, progress=False)
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Restored.
+  if how != "crash":
+    assert (info.value.step, info.value.directory) == (saved, str(tmp_path / "b" / "checkpoints"))
+  assert run.manager.latest_step() == saved
+  assert [r["step"] for r in _logged(tmp_path / "b")] == list(range(1, call + 1 + (how == "signal")))
+  run.close()
+  monkeypatch.undo()
+  resumed = Trainer(cfg, str(tmp_path / "b"))
+  assert resumed.step == saved
+  resumed.run(stream, progress=False)
+  rows = _logged(tmp_path / "b")
+  assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+  assert [r["loss"] for r in rows] == straight_losses
+
+
+def test_jaxdec_train_reports_where_ctrl_c_saved_and_returns_130(tmp_path, stream, monkeypatch,
+                                                                  capsys):
+  import jaxdec.cli
+  import jaxdec.configs
+  import jaxdec.train.zoo
+
+  monkeypatch.setattr(jaxdec.configs, "load_config", lambda path: _config(steps=6))
+  monkeypatch.setattr(jaxdec.train.zoo, "train_and_export",
+                      lambda cfg, workdir, export, **_: Trainer(cfg, workdir).run(stream, progress=False))
+  _interrupt_at(monkeypatch, 2, "raise")
+  code = jaxdec.cli.main(["train", "--config", "tiny.py", "--workdir", str(tmp_path), "--no-export"])
+  assert code == 130
+  assert (f"jaxdec train: interrupted at step 2; checkpoint saved in {tmp_path / 'checkpoints'}"
+          in capsys.readouterr().err)
+
+
+def test_training_on_a_mesh_equals_one_device(tmp_path, stream):
+  """Data parallel over 4 devices with the params tensor parallel over 2: the same losses as
+  without a mesh, and the params really sharded."""
+  import warnings
+
+  from jaxdec import sharding
+
+  if jax.device_count() < 8:
+    pytest.skip("needs 8 devices")
+  cfg = _config(steps=6)
+  plain = [r["loss"] for r in Trainer(cfg, str(tmp_path / "a")).run(stream, stop_at=3, progress=False)]
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # The one KV head does not divide 2: replicated.
+    sharded = Trainer(cfg, str(tmp_path / "b"), mesh=sharding.make_mesh(data=4, model=2))
+  losses = [r["loss"] for r in sharded.run(stream, stop_at=3, progress=False)]
+  np.testing.assert_allclose(losses, plain, rtol=1e-5)
+  wq = sharded.module.params()["layers"]["wq"]  # [L, D, heads, head_dim]: heads split over 2.
+  assert wq.sharding.mesh.shape == {"data": 4, "model": 2} and tuple(wq.sharding.spec)[2] == "model"
+  assert wq.addressable_shards[0].data.shape == (2, 64, 1, 32)
+  with pytest.raises(ValueError, match="batch_size=8 is not divisible by the mesh's data axis of size 3"):
+    Trainer(cfg, str(tmp_path / "c"), mesh=sharding.make_mesh(data=3, model=1))

@@ -1,0 +1,1 @@
+"""Evaluation tasks with exact answers: `gsm_synth` (templated grade-school word problems)."""
