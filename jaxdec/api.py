@@ -111,7 +111,20 @@ def _generate_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_token
                      pad_id=decoding.pad_id(model.config), controls=controls)
 
 
-def _trim(out: DecodeOutput, budget: int) -> DecodeOutput:
+def _run_ar_style(model: Model, jitted, inputs, controls: Controls, stream, *parts, **static):
+  """What `generate` and `speculative_generate` share after validation: place the per-row
+  inputs, run the jitted loop (listening for a stream), gather the real rows, cut the outputs
+  to the budget. `parts` (drafter, verifier) go between `sampling` and the controls."""
+  prompt, prompt_lengths, budget, sampling, key, stops = inputs
+  rows = prompt.shape[0]
+  prompt, prompt_lengths, sampling, rules = _place(model, prompt, prompt_lengths, sampling,
+                                                   controls.rules)
+  with streaming.listening(stream, rows) as call_id:
+    out = jitted(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling, *parts,
+                 rules, controls.stops, call_id, buffer_len=decoding.bucket(budget),
+                 logprobs=controls.logprobs, stream=stream is not None, **static)
+    out = jax.block_until_ready(out)
+  out = _gather(model, out, rows)
   logprobs = None if out.logprobs is None else out.logprobs[:, :budget]
   return out.replace(tokens=out.tokens[:, :budget], logprobs=logprobs)
 
@@ -150,16 +163,8 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
   controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
                        tokenizer=tokenizer, logprobs=logprobs)
-  rows = prompt.shape[0]
-  prompt, prompt_lengths, sampling, rules = _place(model, prompt, prompt_lengths, sampling,
-                                                   controls.rules)
-  controls = controls.replace(rules=rules)
-  with streaming.listening(stream, rows) as call_id:
-    out = _generate_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
-                        controls.rules, controls.stops, call_id, buffer_len=decoding.bucket(budget),
-                        logprobs=controls.logprobs, stream=stream is not None)
-    out = jax.block_until_ready(out)
-  return _trim(_gather(model, out, rows), budget)
+  return _run_ar_style(model, _generate_jit, (prompt, prompt_lengths, budget, sampling, key, stops),
+                       controls, stream)
 
 
 def part_types(*parts) -> tuple:
@@ -214,17 +219,9 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   decoding.check_part(verifier, spec.Verifier, "verifier")
   drafter.check(model.config)
   verifier.check(drafter.tree, sampling)
-  rows = prompt.shape[0]
-  prompt, prompt_lengths, sampling, rules = _place(model, prompt, prompt_lengths, sampling,
-                                                   controls.rules)
-  controls = controls.replace(rules=rules)
-  with streaming.listening(stream, rows) as call_id:
-    out = _speculative_jit(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling,
-                           drafter, verifier, controls.rules, controls.stops, call_id,
-                           buffer_len=decoding.bucket(budget), parts=part_types(drafter, verifier),
-                           logprobs=controls.logprobs, stream=stream is not None)
-    out = jax.block_until_ready(out)
-  return _trim(_gather(model, out, rows), budget)
+  return _run_ar_style(model, _speculative_jit,
+                       (prompt, prompt_lengths, budget, sampling, key, stops), controls, stream,
+                       drafter, verifier, parts=part_types(drafter, verifier))
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "parts"))

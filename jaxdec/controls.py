@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxdec.sampling import Sampling, sample_tokens
+
 _PAD = -1  # A byte slot with no byte (int16 tables; real bytes are 0..255).
 
 
@@ -184,6 +186,21 @@ class Controls:
     if self.stops is not None:
       history = jnp.full((prompt.shape[0], self.stops.history), _PAD, jnp.int16)
     return ControlState(seen=seen, history=history)
+
+  def choose(self, logits: jax.Array, state: ControlState, generated: jax.Array,
+             active: jax.Array, *, sampling: Sampling | None, key: jax.Array | None,
+             prompt_lengths: jax.Array, stop_tokens: jax.Array):
+    """One token per row from the model's logits f32[B, V] (the AR step, and the prefill of
+    both loops): the ruled choice, whether it stops the row, its log-probability (or None),
+    and the state after the active rows appended it. generated i32[B] as in `process`."""
+    rows = jnp.arange(logits.shape[0], dtype=jnp.int32)
+    ruled = self.process(logits[:, None], state, generated[:, None], stop_tokens)[:, 0]
+    token = sample_tokens(ruled, sampling, key, rows, prompt_lengths + generated)
+    hit, histories = self.stop_hits(state, token[:, None], generated)
+    state = self.advance(state, token[:, None], active.astype(jnp.int32), histories)
+    stop = jnp.isin(token, stop_tokens) | hit[:, 0]
+    logp = token_logprobs(logits[:, None], token[:, None])[:, 0] if self.logprobs else None
+    return token, stop, logp, state
 
   def process(self, logits: jax.Array, state: ControlState, generated: jax.Array,
               stop_tokens: jax.Array, pending: jax.Array | None = None) -> jax.Array:

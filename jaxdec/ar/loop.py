@@ -8,14 +8,16 @@ size is static.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdec.controls import Controls, ControlState, token_logprobs
+from jaxdec.controls import Controls, ControlState
 from jaxdec.decoding import DecodeOutput, clamp_budget, prefill, typed_key
 from jaxdec.model import KVCache, ModelConfig, forward
-from jaxdec.sampling import Sampling, sample_tokens
+from jaxdec.sampling import Sampling
 
 
 @struct.dataclass
@@ -50,15 +52,8 @@ def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new
   cache = KVCache.init(config, batch, width + buffer_len, dtype=params["embed"].dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
 
-  def choose(logits, ctl, generated, active):
-    """The next token of each row from logits f32[B, V], and what the controls make of it."""
-    ruled = controls.process(logits[:, None], ctl, generated[:, None], stop_tokens)[:, 0]
-    token = sample_tokens(ruled, sampling, key, rows, prompt_lengths + generated)
-    hit, histories = controls.stop_hits(ctl, token[:, None], generated)
-    ctl = controls.advance(ctl, token[:, None], active.astype(jnp.int32), histories)
-    stop = jnp.isin(token, stop_tokens) | hit[:, 0]
-    logp = token_logprobs(logits[:, None], token[:, None])[:, 0] if controls.logprobs else None
-    return token, stop, logp, ctl
+  choose = functools.partial(controls.choose, sampling=sampling, key=key,
+                             prompt_lengths=prompt_lengths, stop_tokens=stop_tokens)
 
   zeros = jnp.zeros((batch,), jnp.int32)
   first, stop, logp, ctl = choose(logits, controls.start(prompt, prompt_lengths, config.vocab_size),

@@ -83,6 +83,16 @@ def _check_fields(raw: dict[str, Any], arch: str, consumed, ignored, required: d
       raise ValueError(f"unsupported config value {field}={raw[field]!r} (jaxdec supports {value!r})")
 
 
+def _sizes(raw: dict[str, Any]) -> dict[str, int]:
+  """The shape fields every causal family's config.json spells the same way."""
+  heads = raw["num_attention_heads"]
+  return dict(vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
+              intermediate_size=raw["intermediate_size"], num_layers=raw["num_hidden_layers"],
+              num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads,
+              head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+              max_position_embeddings=raw["max_position_embeddings"])
+
+
 def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None) -> ModelConfig:
   """Translate a parsed HF config (plus optional generation_config) to a ModelConfig."""
   arch = raw.get("model_type")
@@ -107,19 +117,11 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
   if raw.get("attention_bias", False):
     raise ValueError(f"unsupported attention_bias=True for {arch} (it adds an o_proj bias)")
 
-  heads = raw["num_attention_heads"]
   theta, scaling = _rope(raw)
   eos = _eos(raw, generation)
   window = raw.get("sliding_window") if arch == "mistral" else None
   return ModelConfig(
-      vocab_size=raw["vocab_size"],
-      hidden_size=raw["hidden_size"],
-      intermediate_size=raw["intermediate_size"],
-      num_layers=raw["num_hidden_layers"],
-      num_heads=heads,
-      num_kv_heads=raw.get("num_key_value_heads") or heads,
-      head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
-      max_position_embeddings=raw["max_position_embeddings"],
+      **_sizes(raw),
       rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
       rope_theta=theta,
       rope_scaling=scaling,
@@ -328,16 +330,8 @@ def _gemma_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> Mod
                        f"{raw['attn_logit_softcapping']!r} for gemma3_text (transformers ignores "
                        f"it; jaxdec supports None)")
     attn_softcap = None
-  heads = raw["num_attention_heads"]
   return ModelConfig(
-      vocab_size=raw["vocab_size"],
-      hidden_size=raw["hidden_size"],
-      intermediate_size=raw["intermediate_size"],
-      num_layers=raw["num_hidden_layers"],
-      num_heads=heads,
-      num_kv_heads=raw.get("num_key_value_heads") or heads,
-      head_dim=raw["head_dim"],
-      max_position_embeddings=raw["max_position_embeddings"],
+      **_sizes(raw),
       rms_norm_eps=float(raw["rms_norm_eps"]),
       rope_theta=theta,
       rope_scaling=scaling,

@@ -20,7 +20,7 @@ from jaxdec.controls import Controls, ControlState, token_logprobs, tree_pending
 from jaxdec.decoding import (DecodeOutput, check_returned, clamp_budget, positions, prefill,
                              typed_key)
 from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
-from jaxdec.sampling import Sampling, sample_tokens
+from jaxdec.sampling import Sampling
 from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import Verdict, Verifier
@@ -149,6 +149,56 @@ def _step(c: _Step, s: _SpecState) -> _SpecState:
       logprobs=logprobs)
 
 
+def _start(c: _Step, prompt: jax.Array, capacity: int, buffer_len: int, pad_id: int) -> _SpecState:
+  """Prefill: the target produces the first token, as in plain AR decoding; the sequence,
+  hidden-state and log-probability buffers get `capacity` slots."""
+  batch, width = prompt.shape
+  rows = jnp.arange(batch, dtype=jnp.int32)
+  cache = KVCache.init(c.config, batch, capacity, dtype=c.params["embed"].dtype)
+  logits, cache, prompt_hidden = prefill(c.params, prompt, c.prompt_lengths, cache,
+                                         config=c.config, hidden_layers=c.layers)
+  zeros = jnp.zeros((batch,), jnp.int32)
+  first, stop, logp, ctl = c.controls.choose(
+      logits, c.controls.start(prompt, c.prompt_lengths, c.config.vocab_size), zeros, zeros == 0,
+      sampling=c.sampling, key=c.key, prompt_lengths=c.prompt_lengths, stop_tokens=c.stop_tokens)
+  seq = jnp.full((batch, capacity), pad_id, jnp.int32).at[:, :width].set(prompt)
+  seq = seq.at[rows, c.prompt_lengths].set(first)
+  logprobs = None
+  if logp is not None:
+    logprobs = jnp.zeros((batch, capacity)).at[rows, c.prompt_lengths].set(logp)
+  hidden = None
+  if c.layers:
+    hidden = jnp.zeros((len(c.layers), batch, capacity, c.config.hidden_size), prompt_hidden.dtype)
+    hidden = hidden.at[:, :, :width].set(prompt_hidden)
+  return _SpecState(
+      cache=cache, draft_state=c.drafter.init(prompt, c.prompt_lengths, capacity), seq=seq,
+      total=c.prompt_lengths + 1, hidden=hidden, done=stop | (c.budget <= 1),
+      target_forwards=jnp.ones((batch,), jnp.int32),
+      accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),
+      controls=ctl, logprobs=logprobs)
+
+
+def _output(c: _Step, state: _SpecState, buffer_len: int, pad_id: int) -> DecodeOutput:
+  """The generated tokens (and log-probabilities) cut out of the sequence buffer, and the stats."""
+  batch, capacity = state.seq.shape
+  lengths = state.total - c.prompt_lengths
+  offsets = jnp.minimum(positions(batch, buffer_len, c.prompt_lengths), capacity - 1)
+  produced = jnp.arange(buffer_len)[None, :] < lengths[:, None]
+  tokens = jnp.where(produced, jnp.take_along_axis(state.seq, offsets, 1), pad_id)
+  logprobs = None
+  if state.logprobs is not None:
+    logprobs = jnp.where(produced, jnp.take_along_axis(state.logprobs, offsets, 1), 0.0)
+  stats = {
+      "acceptance_length": lengths.astype(jnp.float32) / state.target_forwards.astype(jnp.float32),
+      "target_forwards": state.target_forwards,
+      "draft_forwards": (state.target_forwards - 1) * c.drafter.forwards,
+      "accepted": state.accepted,
+      "nfe": state.target_forwards,
+      "steps": state.step,
+  }
+  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats, logprobs=logprobs)
+
+
 def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
                          max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
                          config: ModelConfig, drafter: Drafter, verifier: Verifier, buffer_len: int,
@@ -163,63 +213,15 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
   forward, prefill included), `target_forwards`, `draft_forwards`, `accepted` i32[B, steps]
   (drafts committed at each step, -1 past the row's last step) and `steps`.
   """
-  tree = drafter.tree
   batch, width = prompt.shape
-  key = typed_key(key)
-  rows = jnp.arange(batch, dtype=jnp.int32)
   # A row that is not done has total <= P + budget - 1, so its block (root at total - 1, then N
   # nodes) ends at slot P + buffer_len + N - 2 at most: capacity P + buffer_len + N - 1 suffices
   # (done rows keep running the batch's forwards; their writes past the end are dropped).
-  capacity = width + buffer_len + tree.size - 1
-  budget = clamp_budget(max_new_tokens, batch, buffer_len)
-  layers = tuple(drafter.hidden_layers(config))
-
-  # Prefill: the target produces the first token, as in plain AR decoding.
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
-  logits, cache, prompt_hidden = prefill(params, prompt, prompt_lengths, cache, config=config,
-                                         hidden_layers=layers)
-  ctl = controls.start(prompt, prompt_lengths, config.vocab_size)
-  zeros = jnp.zeros((batch,), jnp.int32)
-  ruled = controls.process(logits[:, None], ctl, zeros[:, None], stop_tokens)[:, 0]
-  first = sample_tokens(ruled, sampling, key, rows, prompt_lengths)
-  first_stop, histories = controls.stop_hits(ctl, first[:, None], zeros)
-  ctl = controls.advance(ctl, first[:, None], jnp.ones((batch,), jnp.int32), histories)
-  seq = jnp.full((batch, capacity), pad_id, jnp.int32).at[:, :width].set(prompt)
-  seq = seq.at[rows, prompt_lengths].set(first)
-  logprobs = None
-  if controls.logprobs:
-    first_logprob = token_logprobs(logits[:, None], first[:, None])[:, 0]
-    logprobs = jnp.zeros((batch, capacity)).at[rows, prompt_lengths].set(first_logprob)
-  hidden = None
-  if layers:
-    hidden = jnp.zeros((len(layers), batch, capacity, config.hidden_size), prompt_hidden.dtype)
-    hidden = hidden.at[:, :, :width].set(prompt_hidden)
-  state = _SpecState(
-      cache=cache, draft_state=drafter.init(prompt, prompt_lengths, capacity), seq=seq,
-      total=prompt_lengths + 1, hidden=hidden,
-      done=jnp.isin(first, stop_tokens) | first_stop[:, 0] | (budget <= 1),
-      target_forwards=jnp.ones((batch,), jnp.int32),
-      accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),
-      controls=ctl, logprobs=logprobs)
-  setting = _Step(params=params, drafter=drafter, verifier=verifier, sampling=sampling, key=key,
-                  stop_tokens=stop_tokens, prompt_lengths=prompt_lengths, budget=budget,
-                  config=config, layers=layers, controls=controls)
+  capacity = width + buffer_len + drafter.tree.size - 1
+  setting = _Step(params=params, drafter=drafter, verifier=verifier, sampling=sampling,
+                  key=typed_key(key), stop_tokens=stop_tokens, prompt_lengths=prompt_lengths,
+                  budget=clamp_budget(max_new_tokens, batch, buffer_len), config=config,
+                  layers=tuple(drafter.hidden_layers(config)), controls=controls)
+  state = _start(setting, prompt, capacity, buffer_len, pad_id)
   state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: _step(setting, s), state)
-
-  lengths = state.total - prompt_lengths
-  offsets = positions(batch, buffer_len, prompt_lengths)
-  offsets = jnp.minimum(offsets, capacity - 1)
-  produced = jnp.arange(buffer_len)[None, :] < lengths[:, None]
-  tokens = jnp.where(produced, jnp.take_along_axis(state.seq, offsets, 1), pad_id)
-  logprobs = None
-  if state.logprobs is not None:
-    logprobs = jnp.where(produced, jnp.take_along_axis(state.logprobs, offsets, 1), 0.0)
-  stats = {
-      "acceptance_length": lengths.astype(jnp.float32) / state.target_forwards.astype(jnp.float32),
-      "target_forwards": state.target_forwards,
-      "draft_forwards": (state.target_forwards - 1) * drafter.forwards,
-      "accepted": state.accepted,
-      "nfe": state.target_forwards,
-      "steps": state.step,
-  }
-  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats, logprobs=logprobs)
+  return _output(setting, state, buffer_len, pad_id)
