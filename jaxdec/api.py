@@ -224,13 +224,15 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
                        drafter, verifier, parts=part_types(drafter, verifier))
 
 
-@functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "parts"))
+@functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "stop_early",
+                                             "parts"))
 def _diffusion_jit(model, prompt, prompt_lengths, steps, scheduler, cache, temperature, cfg_scale,
-                   key, stop_tokens, *, gen_length, block_length, eos, parts):
+                   key, stop_tokens, *, gen_length, block_length, eos, stop_early, parts):
   return diffusion.diffusion_generate(
       model.params, prompt, prompt_lengths, key, config=model.config, gen_length=gen_length,
       block_length=block_length, steps=steps, scheduler=scheduler, cache=cache,
-      temperature=temperature, cfg_scale=cfg_scale, stop_tokens=stop_tokens, eos=eos)
+      temperature=temperature, cfg_scale=cfg_scale, stop_tokens=stop_tokens, eos=eos,
+      stop_early=stop_early)
 
 
 def _eos_flags(model: Model, logits_eos_inf: bool, confidence_eos_eot_inf: bool, eos_token_id,
@@ -265,7 +267,8 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                        key: jax.Array | None = None, *, lengths=None, cfg_scale: float = 0.0,
                        logits_eos_inf: bool = False, confidence_eos_eot_inf: bool = False,
                        eos_token_id: int | None = None, eot_token_id: int | None = None,
-                       stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+                       stop_tokens: Sequence[int] | None = None,
+                       stop_early: bool = False) -> DecodeOutput:
   """Masked-diffusion decoding (LLaDA / Dream samplers, Fast-dLLM schedulers and caches).
 
   Args:
@@ -283,11 +286,14 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
     cfg_scale: LLaDA's classifier-free guidance weight (0 = off; needs cache=None).
     logits_eos_inf, confidence_eos_eot_inf: LLaDA's EOS flags; the ids default to the model's
       first and second EOS ids (`eos_token_id`, `eot_token_id` override them).
-    stop_tokens: ids that end `lengths` (default: the model's EOS ids; decoding never stops early).
+    stop_tokens: ids that end `lengths` (default: the model's EOS ids).
+    stop_early: end a row once a block it finishes holds a stop token (its later blocks come back
+      as pad, and no forwards are spent on them); off (LLaDA's reference sampler): every block is
+      decoded.
 
   Returns:
     DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `stats` (`nfe` per row,
-    `tokens_per_forward` per row, `forwards`).
+    `decoded` canvas tokens per row, `tokens_per_forward` = decoded / nfe per row, `forwards`).
   """
   decoding.check_model(model, causal=False)
   config = model.config
@@ -324,6 +330,6 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                                                 np.broadcast_to(t, (batch,)), scheduler)
   out = _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache, t,
                        cfg if cfg > 0 else None, key, stops, gen_length=gen_length,
-                       block_length=block_length, eos=eos,
+                       block_length=block_length, eos=eos, stop_early=bool(stop_early),
                        parts=part_types(scheduler, scheduler.confidence, cache))
   return _gather(model, out, batch)

@@ -102,7 +102,7 @@ METHODS = ("greedy", "sample", "speculative", "diffusion")
 # Flags that only one method reads: giving one picks that method when --method is left out.
 _SPECULATIVE_FLAGS = ("drafter", "num_tokens", "max_ngram", "branches", "verifier")
 _DIFFUSION_FLAGS = ("scheduler", "threshold", "factor", "delta", "cache", "gen_length",
-                    "block_length", "steps")
+                    "block_length", "steps", "stop_early")
 # --scheduler NAME -> the flag holding its value.
 _SCHEDULER_VALUES = {"threshold": "threshold", "factor": "factor", "frechet": "delta"}
 
@@ -281,9 +281,10 @@ def _diffusion_shape(args) -> tuple[int, int, int]:
   return gen, block, steps
 
 
-def _decoder(args, model, method: str, tokenizer=None, stream=None):
+def _decoder(args, model, method: str, tokenizer=None, stream=None, stop_early: bool = False):
   """fn(prompts: list of token-id lists) -> DecodeOutput; plug-ins and draft models built once.
-  `stream`: the AR / speculative loops' per-step callback (jaxdec.generate's `stream`)."""
+  `stream`: the AR / speculative loops' per-step callback (jaxdec.generate's `stream`);
+  `stop_early`: diffusion rows end at the block holding their first stop token."""
   import jaxdec
   from jaxdec import diffusion
 
@@ -295,7 +296,7 @@ def _decoder(args, model, method: str, tokenizer=None, stream=None):
              "dual": diffusion.DualCache()}[args.cache]
     return lambda prompts: jaxdec.diffusion_generate(
         model, prompts, gen_length=gen, block_length=block, steps=steps, scheduler=scheduler,
-        cache=cache, temperature=sampling, key=key)
+        cache=cache, temperature=sampling, key=key, stop_early=stop_early or bool(args.stop_early))
   budget = {"max_new_tokens": args.max_new_tokens, "sampling": sampling, "key": key,
             "min_new_tokens": args.min_new_tokens, "repetition_penalty": args.repetition_penalty,
             "logprobs": args.logprobs, "stream": stream}
@@ -527,13 +528,14 @@ def _cmd_bench(args) -> int:
 
     spec.run(args.model, args.draft, num_prompts=args.prompts, new_tokens=args.new_tokens,
              num_tokens=tuple(args.num_tokens), repeats=args.repeats, peers=not args.no_peers,
-             out=args.out, plot=args.plot)
+             out=args.out, plot=args.plot, task=args.task)
   else:
     from jaxdec.bench import diffusion
 
     diffusion.run(args.model, batch_sizes=tuple(args.batch_sizes), num_prompts=args.prompts,
                   gen_length=args.gen_length, block_length=args.block_length,
-                  repeats=args.repeats, names=args.configs, out=args.out, plot=args.plot)
+                  repeats=args.repeats, names=args.configs, out=args.out, plot=args.plot,
+                  task=args.task)
   return 0
 
 
@@ -563,7 +565,55 @@ def _cmd_train(args) -> int:
   return 0
 
 
+# --task options (None when left out) and what leaving them out means.
+_TASK_EVAL = {"split": "test", "n": 200, "task_seed": 0, "batch_size": 32, "max_operand": 99}
+_BPB_EVAL = {"data": None, "stdlib": False, "max_files": None, "seq_len": None, "plot": None}
+
+
 def _cmd_eval(args) -> int:
+  """Bits per byte on code, or with --task the exact-match accuracy on a task's problems."""
+  given = lambda defaults: [d for d, v in defaults.items() if getattr(args, d) != v]
+  decoding = given({**{d: None for d in (*_SPECULATIVE_FLAGS, *_DIFFUSION_FLAGS, "method",
+                                         "temperature", "seed", "max_new_tokens")},
+                    "top_k": 0, "top_p": 1.0})
+  if args.task is None and (given(dict.fromkeys(_TASK_EVAL)) + decoding):
+    raise ValueError(f"{_flag((given(dict.fromkeys(_TASK_EVAL)) + decoding)[0])} acts with "
+                     "--task gsm-synth")
+  if args.task is not None and given(_BPB_EVAL):
+    raise ValueError(f"{_flag(given(_BPB_EVAL)[0])} acts on the bits-per-byte evaluation, not "
+                     f"with --task {args.task}")
+  return _eval_task(args) if args.task is not None else _eval_bits_per_byte(args)
+
+
+def _eval_task(args) -> int:
+  """`jaxdec eval --task gsm-synth`: accuracy overall and by number of steps, length, NFE."""
+  import jaxdec
+  from jaxdec.bench.common import format_table
+  from jaxdec.tasks import evaluate, gsm_synth
+
+  for dest, default in _TASK_EVAL.items():
+    setattr(args, dest, default if getattr(args, dest) is None else getattr(args, dest))
+  if args.max_new_tokens is None:
+    args.max_new_tokens = gsm_synth.GEN_LENGTH
+  difficulty = gsm_synth.Difficulty(max_operand=args.max_operand)
+  problems = gsm_synth.problems(args.split, args.n, args.task_seed, difficulty)
+  model = jaxdec.load(args.model)
+  tokenizer = jaxdec.load_tokenizer(args.model)
+  method = _method(args, model)
+  decode = _decoder(args, model, method, tokenizer, stop_early=True)
+  result = evaluate.solve(decode, tokenizer, problems, batch_size=args.batch_size)
+  print(f"{args.model} on gsm-synth {args.split} ({len(problems)} problems, seed "
+        f"{args.task_seed}, numbers up to {difficulty.max_operand}), {method}, up to "
+        f"{args.max_new_tokens} new tokens, batch {args.batch_size}")
+  summary = result.summary()
+  print(format_table([summary], list(summary)))
+  steps = [{"steps": k, "problems": n, "accuracy": acc}
+           for k, (acc, n) in result.by(lambda p: len(p.steps)).items()]
+  print(format_table(steps, ["steps", "problems", "accuracy"]))
+  return 0
+
+
+def _eval_bits_per_byte(args) -> int:
   import jaxdec
   from jaxdec.bench.common import format_table
   from jaxdec import corpus
@@ -610,7 +660,7 @@ def _cmd_eval(args) -> int:
 def _cmd_demo(args) -> int:
   from jaxdec import demo
 
-  demo.run(num_prompts=args.prompts, new_tokens=args.new_tokens)
+  demo.run(num_prompts=args.prompts, new_tokens=args.new_tokens, gsm=args.gsm)
   return 0
 
 
@@ -635,10 +685,15 @@ def _add_bench_parser(sub) -> None:
                   help="also write OUT_speedup.png next to --out: jaxdec's speedup over "
                        "transformers per batch size (needs matplotlib: " + _PLOT_EXTRA + ")")
   sp = suites.add_parser("spec", help="speculative decoding vs AR and transformers' assisted / lookup")
-  sp.add_argument("--model", default="zoo:pycode-ar", help="target: zoo:NAME or a checkpoint dir")
-  sp.add_argument("--draft", default="zoo:pycode-draft", help="draft model (the target's tokenizer)")
-  sp.add_argument("--prompts", type=int, default=8, help="held-out code prompts")
-  sp.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt")
+  sp.add_argument("--model", help="target: zoo:NAME or a checkpoint dir (left out: zoo:pycode-ar, "
+                                  "with --task gsm-synth zoo:gsm-ar)")
+  sp.add_argument("--draft", help="draft model with the target's tokenizer (left out: "
+                                  "zoo:pycode-draft, with --task gsm-synth zoo:gsm-draft)")
+  sp.add_argument("--prompts", type=int, default=8, help="held-out code prompts (or task problems)")
+  sp.add_argument("--task", choices=("gsm-synth",),
+                  help="prompts from this task's test problems, with an accuracy column")
+  sp.add_argument("--new-tokens", type=int,
+                  help="tokens generated per prompt (left out: 64, with --task gsm-synth 416)")
   sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
   sp.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   sp.add_argument("--no-peers", action="store_true", help="skip transformers")
@@ -648,11 +703,16 @@ def _add_bench_parser(sub) -> None:
                        "and OUT_acceptance.png (tokens per verification step, per drafter) next "
                        "to --out (needs matplotlib: " + _PLOT_EXTRA + ")")
   df = suites.add_parser("diffusion", help="diffusion schedulers x caches vs the LLaDA baseline")
-  df.add_argument("--model", default="zoo:pycode-dlm",
-                  help="'random' (seeded, pycode-dlm's size), zoo:NAME or a checkpoint dir")
+  df.add_argument("--model",
+                  help="'random' (seeded, pycode-dlm's size), zoo:NAME or a checkpoint dir (left "
+                       "out: zoo:pycode-dlm, with --task gsm-synth zoo:gsm-dlm)")
   df.add_argument("--batch-sizes", type=int, nargs="+", default=[1], help="batch sizes to measure")
-  df.add_argument("--prompts", type=int, default=4, help="held-out code prompts")
-  df.add_argument("--gen-length", type=int, default=256, help="canvas tokens per prompt")
+  df.add_argument("--prompts", type=int, default=4, help="held-out code prompts (or task problems)")
+  df.add_argument("--task", choices=("gsm-synth",),
+                  help="prompts from this task's test problems, with an accuracy column (rows "
+                       "stop at their answer's EOS)")
+  df.add_argument("--gen-length", type=int,
+                  help="canvas tokens per prompt (left out: 256, or the task's, gsm-synth 416)")
   df.add_argument("--block-length", type=int, default=32, help="tokens a block")
   df.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
@@ -742,6 +802,9 @@ def _add_diffusion_flags(gen) -> None:
   dllm.add_argument("--steps", type=_positive_int,
                     help="forwards of the step-counting schedulers (fixed, dream) over the whole "
                          "canvas, a multiple of the number of blocks (left out: --gen-length)")
+  dllm.add_argument("--stop-early", action="store_true", default=None,
+                    help="end a row at the block holding its first EOS instead of decoding "
+                         "every block (jaxdec eval --task always does)")
 
 
 def _add_generate_parser(sub) -> None:
@@ -806,7 +869,11 @@ def _add_train_parser(sub) -> None:
 
 def _add_eval_parser(sub) -> None:
   """`jaxdec eval`."""
-  ev = sub.add_parser("eval", help="validation bits per byte of a model")
+  ev = sub.add_parser(
+      "eval", help="validation bits per byte of a model, or its accuracy on a task (--task)",
+      description="Without --task: bits per byte on code (--data, --stdlib). With --task "
+                  "gsm-synth: exact-match accuracy on generated problems, decoded by any method "
+                  "(greedy by default; the method and its flags as in jaxdec generate).")
   ev.add_argument("--model", required=True, help="zoo:NAME, an HF checkpoint dir or an orbax dir")
   ev.add_argument("--data", nargs="*",
                   help="directories of .py files to evaluate on (only these, unless --stdlib); "
@@ -822,7 +889,31 @@ def _add_eval_parser(sub) -> None:
   ev.add_argument("--plot", metavar="OUT.png",
                   help="also draw bits per byte per data set as a PNG at this path (needs "
                        "matplotlib: " + _PLOT_EXTRA + ")")
-  ev.set_defaults(fn=_cmd_eval)
+  task = ev.add_argument_group("task accuracy (--task)")
+  task.add_argument("--task", choices=("gsm-synth",),
+                    help="score exact-match answers on this task instead of bits per byte")
+  task.add_argument("--split", choices=("test", "test-unseen-templates", "validation", "train"),
+                    help="which problems (left out: test)")
+  task.add_argument("--n", type=_positive_int, help="problems to solve (left out: 200)")
+  task.add_argument("--task-seed", type=int,
+                    help="seed of the problem draw: the same seed gives the same problems (left "
+                         "out: 0)")
+  task.add_argument("--max-operand", type=_positive_int,
+                    help="largest number in a question (left out: 99, the zoo's level)")
+  task.add_argument("--batch-size", type=_positive_int,
+                    help="problems decoded together (left out: 32)")
+  task.add_argument("--max-new-tokens", type=_positive_int,
+                    help="tokens per problem (diffusion: the default --gen-length); left out: "
+                         "416, the longest solution rounded up to blocks of 32")
+  task.add_argument("--method", choices=METHODS,
+                    help="decoding method; left out: diffusion for a masked-diffusion model, "
+                         "else greedy (or sample with --temperature > 0)")
+  _add_sampling_flags(ev)
+  _add_speculative_flags(ev)
+  _add_diffusion_flags(ev)
+  # Controls of jaxdec generate that a task evaluation does not offer.
+  ev.set_defaults(fn=_cmd_eval, stop=None, min_new_tokens=0, repetition_penalty=1.0,
+                  logprobs=False, stream=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -832,6 +923,9 @@ def build_parser() -> argparse.ArgumentParser:
   demo = sub.add_parser("demo", help="complete held-out code with the shipped zoo models")
   demo.add_argument("--prompts", type=_positive_int, default=3, help="held-out code prompts")
   demo.add_argument("--new-tokens", type=_positive_int, default=64, help="tokens per completion")
+  demo.add_argument("--gsm", action=argparse.BooleanOptionalAction,
+                    help="then solve a gsm-synth problem by AR and by parallel diffusion (left "
+                         "out: when the gsm-synth zoo models are installed)")
   demo.set_defaults(fn=_cmd_demo)
 
   _add_generate_parser(sub)

@@ -1,4 +1,5 @@
-"""`jaxdec demo`: complete held-out code with the shipped zoo and tabulate what each method costs.
+"""`jaxdec demo`: complete held-out code with the shipped zoo and tabulate what each method costs;
+then solve one gsm-synth problem by AR and by parallel diffusion, answers checked.
 
 Each method is one row of the table; the speculative and diffusion suites contribute theirs.
 """
@@ -13,6 +14,7 @@ import jax
 import numpy as np
 
 import jaxdec
+from jaxdec import zoo
 from jaxdec.bench.common import format_table
 from jaxdec.corpus import held_out_prompts
 
@@ -62,9 +64,57 @@ def _show(tok, prompt, completion, method: str, index: int, bold: bool) -> str:
           f"--- its completion by {method} ---\n{text}\n")
 
 
-def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]:
-  """Print `show` completions, the table of every method's cost and its legend; return the rows
-  (raw numbers)."""
+def _gsm_methods() -> dict[str, Callable]:
+  """name -> fn(prompts) -> DecodeOutput for the gsm-synth section."""
+  from jaxdec import diffusion
+  from jaxdec.tasks import gsm_synth
+
+  ar, dlm = jaxdec.load("zoo:gsm-ar"), jaxdec.load("zoo:gsm-dlm")
+  gen = gsm_synth.GEN_LENGTH
+  return {
+      "greedy AR (gsm-ar)": lambda p: jaxdec.generate(ar, p, max_new_tokens=gen),
+      "diffusion threshold 0.9 + dual cache (gsm-dlm)": lambda p: jaxdec.diffusion_generate(
+          dlm, p, gen_length=gen, block_length=32, steps=gen, scheduler=diffusion.Threshold(0.9),
+          cache=diffusion.DualCache(), stop_early=True)}
+
+
+def gsm_section(index: int = 0) -> list[dict]:
+  """Solve gsm-synth test problem `index` with each of `_gsm_methods`; print the question, each
+  method's answer with its check against the exact one, and the cost table; return the rows."""
+  from jaxdec.tasks import gsm_synth
+
+  problem = gsm_synth.problems("test", index + 1, 0)[index]
+  tok = jaxdec.load_tokenizer("zoo:gsm-ar")
+  prompt = [tok.encode(problem.prompt)]
+  print(f"--- gsm-synth test problem {index} (answer {problem.answer}) ---\n{problem.question}")
+  rows = []
+  for name, method in _gsm_methods().items():
+    method(prompt)  # Compile.
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(method(prompt))
+    elapsed = time.perf_counter() - t0
+    length, forwards = int(out.lengths[0]), int(out.stats["nfe"][0])
+    text = tok.decode(np.asarray(out.tokens[0, :length]).tolist())
+    answer = gsm_synth.extract_answer(text)
+    verdict = "correct" if answer == problem.answer else f"wrong (expected {problem.answer})"
+    print(f"--- {name}: #### {answer}, {verdict} ---\n{text.split('</think>')[-1].strip()}")
+    rows.append({"method": name, "answer": answer, "correct": answer == problem.answer,
+                 "tokens": length, "forwards": forwards, "tokens/forward": length / forwards,
+                 "tokens/s": length / elapsed})
+  columns = ["method", "correct", "tokens", "forwards", "tokens/forward", "tokens/s"]
+  print(format_table([{c: r[c] if c in ("method", "correct") else number(r[c]) for c in columns}
+                      for r in rows], columns))
+  return rows
+
+
+GSM_MODELS = ("gsm-ar", "gsm-dlm")
+
+
+def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2,
+        gsm: bool | None = None) -> list[dict]:
+  """Print `show` completions, the table of every method's cost and its legend, then (`gsm`;
+  left out: when the gsm-synth zoo models are installed) the gsm-synth section; return the code
+  table's rows (raw numbers)."""
   models = {"ar": jaxdec.load("zoo:pycode-ar"), "draft": jaxdec.load("zoo:pycode-draft"),
             "dlm": jaxdec.load("zoo:pycode-dlm")}
   tok = jaxdec.load_tokenizer("zoo:pycode-ar")
@@ -87,4 +137,7 @@ def run(num_prompts: int = 3, new_tokens: int = 64, show: int = 2) -> list[dict]
   cells = [{c: r[c] if c == "method" else number(r[c]) for c in COLUMNS} for r in rows]
   print(format_table(cells, COLUMNS))
   print(legend(len(prompts), new_tokens))
+  if gsm or (gsm is None and set(GSM_MODELS) <= set(zoo.available())):
+    print()
+    gsm_section()
   return rows

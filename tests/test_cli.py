@@ -138,6 +138,75 @@ def test_eval_names_a_data_directory_without_python_files(tmp_path, capsys):
   assert f"--data directory {tmp_path / 'empty'} has no .py files" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--split", "test"], "--split acts with --task gsm-synth"),
+    (["--threshold", "0.5"], "--threshold acts with --task gsm-synth"),
+    (["--top-k", "5"], "--top-k acts with --task gsm-synth"),
+    (["--task", "gsm-synth", "--stdlib"],
+     "--stdlib acts on the bits-per-byte evaluation, not with --task gsm-synth"),
+    (["--task", "gsm-synth", "--seq-len", "64"],
+     "--seq-len acts on the bits-per-byte evaluation, not with --task gsm-synth"),
+    (["--task", "gsm-synth", "--method", "diffusion"],
+     "--method diffusion needs a masked-diffusion model"),
+])
+def test_eval_task_flags_are_checked(flags, message, capsys):
+  assert cli.main(["eval", "--model", "zoo:pycode-draft", *flags]) == 2
+  assert message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def gsm_models(tmp_path_factory):
+  """Tiny random AR and diffusion models saved with a gsm-synth tokenizer (ids as the zoo's:
+  pad 0, bos 1, eos 2, mask 3)."""
+  from jaxdec.model import Bidirectional
+  from jaxdec.tasks import gsm_synth
+  from jaxdec.train.tokenizer import train_bpe
+
+  tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
+  ids = dict(vocab_size=320, max_position_embeddings=512, bos_token_id=1, eos_token_ids=(2,))
+  root = tmp_path_factory.mktemp("gsm")
+  ar = tiny_model(**ids)
+  dlm = tiny_model(attention=Bidirectional(), mask_token_id=3, architecture="llada", std=0.5, **ids)
+  return tok, {name: (m, jaxdec.save(m, str(root / name), tokenizer=tok))
+               for name, m in (("ar", ar), ("dlm", dlm))}
+
+
+def _printed_summary(out: str) -> dict:
+  """The first table `jaxdec eval --task` prints, as {column: cell}."""
+  lines = [line for line in out.splitlines() if line.startswith("| ")]
+  head, row = ([c.strip() for c in line.strip("|").split("|")] for line in lines[:2])
+  return dict(zip(head, row))
+
+
+@pytest.mark.parametrize("name, flags", [
+    ("ar", ["--max-new-tokens", "24"]),
+    ("dlm", ["--gen-length", "32", "--block-length", "16", "--threshold", "0.5", "--cache", "dual"]),
+])
+def test_eval_task_prints_what_the_api_measures(gsm_models, name, flags, capsys):
+  from jaxdec import diffusion
+  from jaxdec.tasks import evaluate, gsm_synth
+
+  tok, models = gsm_models
+  model, path = models[name]
+  assert cli.main(["eval", "--task", "gsm-synth", "--model", path, "--n", "3", "--batch-size",
+                   "2", "--split", "test-unseen-templates", *flags]) == 0
+  out = capsys.readouterr().out
+  problems = gsm_synth.problems("test-unseen-templates", 3, 0)
+  if name == "ar":
+    decode = lambda p: jaxdec.generate(model, p, max_new_tokens=24)
+  else:
+    decode = lambda p: jaxdec.diffusion_generate(
+        model, p, gen_length=32, block_length=16, steps=32, scheduler=diffusion.Threshold(0.5),
+        cache=diffusion.DualCache(), stop_early=True)
+  expected = evaluate.solve(decode, tok, problems, batch_size=2).summary()
+  printed = _printed_summary(out)
+  assert printed["problems"] == "3" and printed["accuracy"] == f"{expected['accuracy']:.2f}"
+  assert printed["NFE"] == f"{expected['NFE']:.2f}"
+  assert printed["mean length"] == f"{expected['mean length']:.2f}"
+  assert f"gsm-synth test-unseen-templates (3 problems" in out
+  assert "| steps | problems | accuracy |" in out
+
+
 def test_eval_window_defaults_to_the_training_window(model, tmp_path, monkeypatch, capsys):
   """Before: 256 tokens whatever the model, so pycode-dlm's recorded 1.37 bits/byte (512-token
   windows) came out as 1.42."""
@@ -516,7 +585,7 @@ def test_demo_reads_well_without_a_terminal(monkeypatch, capsys):
 
   monkeypatch.setattr(demo, "held_out_prompts", lambda tok, n, prompt_tokens: prompts[:n])
   monkeypatch.setattr(demo, "methods", lambda: {"fake AR": fake})
-  rows = demo.run(num_prompts=2, new_tokens=16, show=1)
+  rows = demo.run(num_prompts=2, new_tokens=16, show=1, gsm=False)
   out = capsys.readouterr().out
   assert "\033[" not in out and "bold" not in out
   assert "--- held-out prompt 0, its last lines ---\nimport os\nx = 1\n--- its completion by fake AR ---\nprint(x)\n" in out

@@ -9,6 +9,10 @@ entirely): parallel rules and caches are approximations of the baseline, not rep
 share of distinct 4-grams per row flags degenerate output: token loops drive it towards 0. Each
 row also records the masks filled by each forward (the mean over the rows still decoding) and
 how many rows were still decoding, forward by forward.
+
+With `task="gsm-synth"` the prompts are test problems, rows stop at the block holding their
+first EOS (`stop_early`), tokens are the answer's (to the first EOS), and an `accuracy` column
+scores the answers: speed and quality of every rule side by side.
 """
 
 from __future__ import annotations
@@ -59,13 +63,25 @@ def load_bench_model(path: str) -> tuple[Model, object]:
   return jaxdec.load(path, dtype=np.float32), jaxdec.load_tokenizer(path)
 
 
-def _prompts(tokenizer, count: int, prompt_tokens: int, vocab: int) -> list[list[int]]:
+def _prompts(tokenizer, count: int, prompt_tokens: int, vocab: int,
+             task: str | None = None) -> tuple[list[list[int]], list | None]:
+  """(prompts, the task's problems or None)."""
+  if task is not None:
+    if task != "gsm-synth":
+      raise ValueError(f"task must be 'gsm-synth' or None, got {task!r}")
+    if tokenizer is None:
+      raise ValueError("task='gsm-synth' needs a trained model with its tokenizer (e.g. "
+                       "zoo:gsm-dlm), not 'random'")
+    from jaxdec.tasks import gsm_synth
+
+    problems = gsm_synth.problems("test", count, 0)
+    return [tokenizer.encode(p.prompt) for p in problems], problems
   if tokenizer is None:
     rng = np.random.RandomState(0)
-    return [rng.randint(4, vocab, prompt_tokens).tolist() for _ in range(count)]
+    return [rng.randint(4, vocab, prompt_tokens).tolist() for _ in range(count)], None
   from jaxdec.corpus import held_out_prompts
 
-  return held_out_prompts(tokenizer, count, prompt_tokens=prompt_tokens)
+  return held_out_prompts(tokenizer, count, prompt_tokens=prompt_tokens), None
 
 
 def distinct_ngrams(tokens: np.ndarray, n: int = 4) -> float:
@@ -86,7 +102,8 @@ def per_forward(committed: np.ndarray, nfe: np.ndarray) -> tuple[list[float], li
 
 def figures(record: dict) -> dict:
   """{'speedup': bars of every configuration's speedup over the baseline, 'tokens_per_forward':
-  masks filled per forward and tokens generated vs forwards (the smallest batch size's rows)}."""
+  masks filled per forward and tokens generated vs forwards (the smallest batch size's rows),
+  and with a task 'accuracy_vs_speed': accuracy against tokens/s}."""
   from jaxdec import plots
 
   rows = record["rows"]
@@ -96,7 +113,7 @@ def figures(record: dict) -> dict:
   setting = (f"{record['model']}, {record['prompts']} prompts, gen {record['gen_length']}, "
              f"block {record['block_length']}, greedy")
   first = [r for r in rows if r["batch"] == batches[0]]
-  return {
+  figs = {
       "speedup": plots.speedup_bars([label(r) for r in rows], [r["speedup"] for r in rows],
                                     baseline=rows[0]["config"],
                                     title=f"bench diffusion: {setting}"),
@@ -105,16 +122,36 @@ def figures(record: dict) -> dict:
           {r["config"]: r["rows by step"] for r in first}, gen_length=record["gen_length"],
           title=f"bench diffusion: {setting}, batch {batches[0]}"),
   }
+  if "accuracy" in rows[0]:
+    figs["accuracy_vs_speed"] = plots.accuracy_vs_speed(
+        first, label="config", title=f"bench diffusion: {setting}, batch {batches[0]}")
+  return figs
 
 
-def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int = 4,
-        gen_length: int = 256, block_length: int = 32, prompt_tokens: int = 128, repeats: int = 3,
-        names: list[str] | None = None, out: str | None = None, plot: bool = False) -> dict:
+def _score(tokenizer, problems, tokens: np.ndarray, lengths: np.ndarray) -> float:
+  from jaxdec.tasks import gsm_synth
+
+  texts = [tokenizer.decode(row[: int(n)].tolist()) for row, n in zip(tokens, lengths)]
+  return gsm_synth.score(texts, problems)
+
+
+def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
+        gen_length: int | None = None, block_length: int = 32, prompt_tokens: int = 128,
+        repeats: int = 3, names: list[str] | None = None, out: str | None = None,
+        plot: bool = False, task: str | None = None) -> dict:
   """Time every configuration (or those in `names`) against the baseline, per batch size;
-  `plot` also writes `figures(record)` as PNGs next to `out`."""
+  `plot` also writes `figures(record)` as PNGs next to `out`. Left out, the model and gen_length
+  are the task's (code: zoo:pycode-dlm, 256; gsm-synth: zoo:gsm-dlm, 416)."""
   check_plot(plot, out)
+  if model_path is None:
+    model_path = "zoo:pycode-dlm" if task is None else "zoo:gsm-dlm"
   model, tokenizer = load_bench_model(model_path)
-  prompts = _prompts(tokenizer, num_prompts, prompt_tokens, model.config.vocab_size)
+  prompts, problems = _prompts(tokenizer, num_prompts, prompt_tokens, model.config.vocab_size,
+                               task)
+  if gen_length is None:
+    from jaxdec.tasks import gsm_synth
+
+    gen_length = 256 if task is None else gsm_synth.GEN_LENGTH
   known = [c.name for c in configs()]
   if names is not None and set(names) - set(known):
     raise ValueError(f"unknown configurations {sorted(set(names) - set(known))}; known: {known}")
@@ -128,7 +165,9 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
       def go():
         outs = [jaxdec.diffusion_generate(model, b, gen_length=gen_length,
                                           block_length=block_length, steps=c.steps(gen_length),
-                                          scheduler=c.scheduler, cache=c.cache, stop_tokens=())
+                                          scheduler=c.scheduler, cache=c.cache,
+                                          stop_tokens=() if task is None else None,
+                                          stop_early=task is not None)
                 for b in batches]
         return jax.block_until_ready(outs)
       return go
@@ -139,31 +178,37 @@ def run(model_path: str = "zoo:pycode-dlm", batch_sizes=(1,), num_prompts: int =
       t0 = time.perf_counter()
       outs = fns[c.name]()
       first_call[c.name] = time.perf_counter() - t0
-      results[c.name] = (np.concatenate([np.asarray(o.tokens) for o in outs]),
-                         np.concatenate([np.asarray(o.stats["nfe"]) for o in outs]),
-                         np.concatenate([np.asarray(o.stats["committed"]) for o in outs]))
+      results[c.name] = tuple(np.concatenate([np.asarray(get(o)) for o in outs]) for get in (
+          lambda o: o.tokens, lambda o: o.stats["nfe"], lambda o: o.stats["committed"],
+          lambda o: o.lengths))
     medians = timer.interleaved(fns, repeats)
     base_tokens = results[known[0]][0]
     for c in chosen:
-      tokens, nfe, committed = results[c.name]
+      tokens, nfe, committed, lengths = results[c.name]
       same = tokens == base_tokens
       curve, decoding = per_forward(committed, nfe)
-      rows.append({"batch": batch_size, "config": c.name, "NFE": float(nfe.mean()),
-                   "tokens/forward": float(np.mean(gen_length / nfe)),
-                   "tokens/s": len(prompts) * gen_length / medians[c.name],
+      made = lengths if task is not None else np.full_like(nfe, gen_length)  # Tokens per row.
+      extra = {} if task is None else {"accuracy": _score(tokenizer, problems, tokens, lengths),
+                                       "mean length": float(lengths.mean())}
+      rows.append({"batch": batch_size, "config": c.name, **extra, "NFE": float(nfe.mean()),
+                   "tokens/forward": float(np.mean(made / nfe)),
+                   "tokens/s": float(made.sum()) / medians[c.name],
                    "speedup": medians[known[0]] / medians[c.name],
                    "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
                    "distinct 4-grams": distinct_ngrams(tokens),
                    "compile s": max(first_call[c.name] - medians[c.name], 0.0),
                    "tokens per forward by step": curve, "rows by step": decoding})
-  print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), "
-        f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens, gen {gen_length}, "
-        f"block {block_length}, greedy, median of {repeats} interleaved runs; speedup and "
-        f"agreement vs '{known[0]}' at the same batch size")
-  columns = ["batch", "config", "NFE", "tokens/forward", "tokens/s", "speedup", "agreement",
-             "rows equal", "distinct 4-grams", "compile s"]
+  what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens" if task is None else
+          f"{len(prompts)} {task} test problems (rows stop at their answer's EOS block; tokens "
+          "are the answer's)")
+  print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), {what}, "
+        f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs; "
+        f"speedup and agreement vs '{known[0]}' at the same batch size")
+  columns = ["batch", "config", *(["accuracy", "mean length"] if task else []), "NFE",
+             "tokens/forward", "tokens/s", "speedup", "agreement", "rows equal",
+             "distinct 4-grams", "compile s"]
   return report(rows, columns, timer, {
-      "suite": "diffusion", "model": model_path, "params": model.config.num_params,
+      "suite": "diffusion", "task": task, "model": model_path, "params": model.config.num_params,
       "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,
       "block_length": block_length, "repeats": repeats}, out, figures if plot else None)
 

@@ -6,6 +6,8 @@ Every row decodes the same prompts greedily (batch 1, prompt by prompt, EOS stop
 checked token for token against jaxdec greedy AR. tau = tokens emitted per target forward
 (prefill included); transformers' target forwards are counted with a forward hook. jaxdec's
 speculative rows also record how many drafts each verification step accepted, as a histogram.
+With `task="gsm-synth"` the prompts are test problems (default models zoo:gsm-ar and
+zoo:gsm-draft, 416 new tokens) and an `accuracy` column scores each method's answers.
 """
 
 from __future__ import annotations
@@ -99,15 +101,36 @@ def figures(record: dict) -> dict:
   }
 
 
-def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft", num_prompts: int = 8,
-        prompt_tokens: int = 128, new_tokens: int = 64, num_tokens=(3, 4, 6), repeats: int = 3,
-        peers: bool = True, out: str | None = None, plot: bool = False) -> dict:
+_DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
+             "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", 416)}
+
+
+def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
+  """(prompts, the task's problems or None)."""
+  if task is None:
+    return held_out_prompts(tokenizer, num_prompts, prompt_tokens=prompt_tokens), None
+  from jaxdec.tasks import gsm_synth
+
+  problems = gsm_synth.problems("test", num_prompts, 0)
+  return [tokenizer.encode(p.prompt) for p in problems], problems
+
+
+def run(target_path: str | None = None, draft_path: str | None = None, num_prompts: int = 8,
+        prompt_tokens: int = 128, new_tokens: int | None = None, num_tokens=(3, 4, 6),
+        repeats: int = 3, peers: bool = True, out: str | None = None, plot: bool = False,
+        task: str | None = None) -> dict:
   """Every method on the same prompts, timed interleaved; `plot` also writes `figures(record)`
-  as PNGs next to `out`."""
+  as PNGs next to `out`. Left out, the models and new_tokens are the task's (code: zoo:pycode-ar,
+  zoo:pycode-draft, 64; gsm-synth: zoo:gsm-ar, zoo:gsm-draft, 416)."""
+  if task not in _DEFAULTS:
+    raise ValueError(f"task must be one of {[t for t in _DEFAULTS if t]} or None, got {task!r}")
   check_plot(plot, out)
+  default_target, default_draft, default_tokens = _DEFAULTS[task]
+  target_path, draft_path = target_path or default_target, draft_path or default_draft
+  new_tokens = default_tokens if new_tokens is None else new_tokens
   model, draft = jaxdec.load(target_path), jaxdec.load(draft_path)
   tokenizer = jaxdec.load_tokenizer(target_path)
-  prompts = held_out_prompts(tokenizer, num_prompts, prompt_tokens=prompt_tokens)
+  prompts, problems = _workload(task, tokenizer, num_prompts, prompt_tokens)
   eos = list(model.config.eos_token_ids)
   drafters = _jaxdec_methods(draft, num_tokens)
   fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
@@ -148,14 +171,21 @@ def run(target_path: str = "zoo:pycode-ar", draft_path: str = "zoo:pycode-draft"
         "same as AR": all(np.array_equal(a[0], b[0]) for a, b in zip(outs, reference)),
         "first call s": compile_s[name],
     })
+    if problems is not None:
+      from jaxdec.tasks import gsm_synth
+
+      rows[-1]["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t, _, _ in outs],
+                                             problems)
     if drafters.get(name) is not None:
       rows[-1]["accepted histogram"] = accepted_histogram(outs, drafters[name])
-  columns = ["method", "tau", "target forwards", "tokens/s", "speedup vs jaxdec AR", "same as AR",
-             "first call s"]
-  print(f"bench spec: {target_path} + {draft_path}, {len(prompts)} held-out prompts of <= "
-        f"{prompt_tokens} tokens, {new_tokens} new tokens, greedy, batch 1, median of {repeats}")
+  columns = ["method", *(["accuracy"] if task else []), "tau", "target forwards", "tokens/s",
+             "speedup vs jaxdec AR", "same as AR", "first call s"]
+  what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens" if task is None else
+          f"{len(prompts)} {task} test problems")
+  print(f"bench spec: {target_path} + {draft_path}, {what}, {new_tokens} new tokens, greedy, "
+        f"batch 1, median of {repeats}")
   return report(rows, columns, timer, {
-      "suite": "spec", "target": target_path, "draft": draft_path, "prompts": len(prompts),
+      "suite": "spec", "task": task, "target": target_path, "draft": draft_path, "prompts": len(prompts),
       "new_tokens": new_tokens, "repeats": repeats}, out, figures if plot else None)
 
 

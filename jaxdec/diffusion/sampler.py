@@ -124,6 +124,7 @@ class _Setting:
   eos: EosFlags = struct.field(pytree_node=False)
   block_length: int = struct.field(pytree_node=False)
   gen_length: int = struct.field(pytree_node=False)
+  stop_early: bool = struct.field(pytree_node=False)
   denoiser: Denoiser
   scheduler: Scheduler
   cache: DiffusionCache
@@ -131,6 +132,7 @@ class _Setting:
   temperature: jax.Array
   prompt_lengths: jax.Array
   per_block: jax.Array
+  stop_tokens: jax.Array  # i32[E].
 
   @property
   def num_blocks(self) -> int:
@@ -195,7 +197,11 @@ def _step(c: _Setting, s: _State) -> _State:
   left = jnp.sum((tokens == step_view.mask_id) & inside, axis=1, dtype=jnp.int32)
   filled = step_view.masked - left  # i32[B]: masks this forward filled.
   committed = s.committed.at[rows, jnp.where(advance, s.nfe, c.gen_length)].set(filled, mode="drop")
-  return _State(x=x, block=s.block + finished.astype(jnp.int32),
+  block = s.block + finished.astype(jnp.int32)
+  if c.stop_early:  # A finished block holding a stop token ends the row: later blocks stay masked.
+    ended = jnp.take_along_axis(x, positions(batch, c.block_length, start), axis=1)
+    block = jnp.where(finished & jnp.isin(ended, c.stop_tokens).any(axis=1), c.num_blocks, block)
+  return _State(x=x, block=block,
                 step=jnp.where(finished, 0, step), block_masks=step_view.block_masks,
                 nfe=s.nfe + advance.astype(jnp.int32) * (1 + len(lookaheads)),
                 committed=committed, forwards=s.forwards + 1 + len(lookaheads), cache=cache,
@@ -207,7 +213,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
             steps: jax.Array | int, scheduler: Scheduler | None = None,
             cache: DiffusionCache | None = None, temperature: jax.Array | float = 0.0,
             cfg_scale: jax.Array | float | None = None, stop_tokens: jax.Array | None = None,
-            eos: EosFlags = EosFlags(), pad_id: int = 0) -> DecodeOutput:
+            eos: EosFlags = EosFlags(), pad_id: int = 0, stop_early: bool = False) -> DecodeOutput:
   """Fill gen_length masks after each prompt; see `diffusion_generate` for the arguments."""
   scheduler = FixedSteps() if scheduler is None else scheduler
   cache = NoCache() if cache is None else cache
@@ -219,6 +225,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
   if (eos.logits_eos_inf or eos.confidence_eos_eot_inf) and (eos.eos_id is None or eos.eot_id is None):
     raise ValueError(f"the EOS flags need eos_id and eot_id, got {eos}")
   cache.check(cfg_scale is not None)
+  stop_tokens = jnp.zeros((0,), jnp.int32) if stop_tokens is None else jnp.asarray(stop_tokens, jnp.int32)
   batch, width = prompt.shape
   if cfg_scale is not None:
     denoiser = Guided(denoiser.mask_token_id, denoiser.shifted_logits, denoiser,
@@ -233,7 +240,8 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
       denoiser=denoiser, scheduler=scheduler, cache=cache, key=typed_key(key),
       temperature=jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (batch,)),
       prompt_lengths=prompt_lengths, per_block=jnp.asarray(steps, jnp.int32) // num_blocks,
-      eos=eos, block_length=block_length, gen_length=gen_length)
+      eos=eos, block_length=block_length, gen_length=gen_length, stop_early=stop_early,
+      stop_tokens=stop_tokens)
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _State(x=x, block=zeros, step=zeros, block_masks=zeros, nfe=zeros,
                  committed=jnp.zeros((batch, gen_length), jnp.int32),
@@ -243,9 +251,12 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
                              lambda s: _step(setting, s), state)
 
   tokens = jnp.take_along_axis(state.x, positions(batch, gen_length, prompt_lengths), axis=1)
-  stop_tokens = jnp.zeros((0,), jnp.int32) if stop_tokens is None else stop_tokens
+  left = tokens == mask_id  # Only after an early stop.
+  decoded = gen_length - jnp.sum(left, axis=1, dtype=jnp.int32)
+  tokens = jnp.where(left, pad_id, tokens)
   stats = {"nfe": state.nfe, "forwards": state.forwards, "committed": state.committed,
-           "tokens_per_forward": jnp.float32(gen_length) / state.nfe.astype(jnp.float32)}
+           "decoded": decoded,
+           "tokens_per_forward": decoded.astype(jnp.float32) / state.nfe.astype(jnp.float32)}
   return DecodeOutput(tokens=tokens, lengths=rows_until_stop(tokens, stop_tokens), stats=stats)
 
 
@@ -255,7 +266,7 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                        cache: DiffusionCache | None = None, temperature: jax.Array | float = 0.0,
                        cfg_scale: jax.Array | float | None = None,
                        stop_tokens: jax.Array | None = None,
-                       eos: EosFlags = EosFlags()) -> DecodeOutput:
+                       eos: EosFlags = EosFlags(), stop_early: bool = False) -> DecodeOutput:
   """Masked-diffusion decoding with a bidirectional jaxdec model (LLaDA, Dream, pycode-dlm).
 
   Args:
@@ -274,13 +285,17 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
       the tempered softmax.
     cfg_scale: LLaDA's classifier-free guidance weight w (None = off, a static switch; the value
       is traced): logits = u + (w + 1)(c - u), u from the canvas with the prompt masked.
-    stop_tokens: i32[E]: `lengths` cuts after the first of them (decoding never stops early).
+    stop_tokens: i32[E]: `lengths` cuts after the first of them.
     eos: LLaDA's EOS flags (`EosFlags`).
+    stop_early: static; a row ends once a block it finishes holds a stop token, so no forwards
+      are spent past its answer (its later blocks come back as pad). Off, as LLaDA's reference
+      sampler, every block is decoded.
 
   Returns:
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
     (tokens up to and including the first stop token, gen_length if none); stats `nfe` i32[B]
-    forwards used by each row, `tokens_per_forward` f32[B] = gen_length / nfe, `forwards` i32[]
+    forwards used by each row, `decoded` i32[B] canvas tokens decoded (gen_length unless the row
+    stopped early), `tokens_per_forward` f32[B] = decoded / nfe, `forwards` i32[]
     batched forwards, `committed` i32[B, gen_length]: masks that row b's n-th forward filled
     (0 for a scheduler's lookahead forwards and for n >= nfe; forwards past the gen_length-th
     are not recorded).
@@ -293,4 +308,5 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
   return denoise(ModelDenoiser(params, config), prompt, prompt_lengths, key,
                  gen_length=gen_length, block_length=block_length, steps=steps,
                  scheduler=scheduler, cache=cache, temperature=temperature, cfg_scale=cfg_scale,
-                 stop_tokens=stop_tokens, eos=eos, pad_id=default_pad_id(config))
+                 stop_tokens=stop_tokens, eos=eos, pad_id=default_pad_id(config),
+                 stop_early=stop_early)

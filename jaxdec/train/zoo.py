@@ -123,10 +123,10 @@ def _loss_is_nll(objective) -> bool:
 
 def plot_training(cfg: TrainConfig, workdir: str, meta: dict) -> str:
   """WORKDIR/training.png from WORKDIR/metrics.jsonl: loss vs step, and validation bits per
-  byte vs step (the validation loss x the stdlib validation split's tokens per byte, for NLL
+  byte vs step (the validation loss x the source's validation split's tokens per byte, for NLL
   objectives) with the exported weights' full evaluations (`meta['eval']`) at the last step."""
   evals = meta.get("eval", {})
-  val = evals.get("stdlib_validation")
+  val = evals.get(f"{corpus.source_of(cfg.data).name}_validation")
   tokens_per_byte = val["tokens"] / val["bytes"] if val and _loss_is_nll(cfg.objective) else None
   final = {name.replace("_", " "): e["bits_per_byte"] for name, e in evals.items()}
   fig = plots.training_curves(

@@ -89,6 +89,26 @@ def test_stats_and_lengths(model):
     assert int(cut.lengths[row]) == (hits[0] + 1 if hits.size else 12)
 
 
+
+@pytest.mark.parametrize("scheduler,cache", [(FixedSteps(), None), (Threshold(0.5), DualCache())])
+def test_stop_early_keeps_the_answer_and_skips_later_blocks(model, scheduler, cache):
+  kw = dict(gen_length=16, block_length=4, steps=8, scheduler=scheduler, cache=cache)
+  full = jaxdec.diffusion_generate(model, _prompts(4), stop_tokens=(), **kw)
+  stop = int(full.tokens[1, 5])  # Row 1 stops in its second block; others wherever it occurs.
+  early = jaxdec.diffusion_generate(model, _prompts(4), stop_tokens=[stop], stop_early=True, **kw)
+  tokens, nfe = np.asarray(full.tokens), np.asarray(full.stats["nfe"])
+  for row in range(4):
+    hits = np.flatnonzero(tokens[row] == stop)
+    end = (hits[0] // 4 + 1) * 4 if hits.size else 16  # The end of the block holding it.
+    np.testing.assert_array_equal(early.tokens[row, :end], tokens[row, :end])
+    assert (np.asarray(early.tokens[row, end:]) == 0).all()  # Pad, not mask.
+    assert int(early.stats["decoded"][row]) == end
+    assert int(early.lengths[row]) == (hits[0] + 1 if hits.size else 16)
+    assert int(early.stats["nfe"][row]) <= nfe[row]
+  assert int(early.stats["decoded"][1]) <= 8 and int(early.stats["nfe"][1]) < nfe[1]
+  np.testing.assert_allclose(early.stats["tokens_per_forward"],
+                             np.asarray(early.stats["decoded"]) / np.asarray(early.stats["nfe"]))
+
 def test_threshold_sweep_trades_forwards_for_parallelism(model):
   nfe = [int(jaxdec.diffusion_generate(model, _prompts(4), gen_length=16, block_length=16,
                                        scheduler=Threshold(tau)).stats["nfe"].sum())

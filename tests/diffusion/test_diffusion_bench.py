@@ -55,3 +55,35 @@ def test_distinct_ngrams_flags_loops():
   assert bench.distinct_ngrams(varied) == 1.0
   assert bench.distinct_ngrams(loop) == 3 / 17
   assert bench.distinct_ngrams(np.concatenate([varied, loop])) == (1.0 + 3 / 17) / 2
+
+
+def test_bench_on_a_task_scores_answers_and_stops_at_eos(tmp_path, capsys):
+  import numpy as np
+
+  import jaxdec
+  from jaxdec.diffusion import DualCache, Threshold
+  from jaxdec.model import Bidirectional
+  from jaxdec.tasks import gsm_synth
+  from jaxdec.train.tokenizer import train_bpe
+  from tiny import tiny_model
+
+  tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
+  model = tiny_model(vocab_size=320, max_position_embeddings=512, bos_token_id=1,
+                     eos_token_ids=(2,), attention=Bidirectional(), mask_token_id=3,
+                     architecture="llada", std=0.5)
+  path = jaxdec.save(model, str(tmp_path / "dlm"), tokenizer=tok)
+  record = bench.run(path, batch_sizes=(2,), num_prompts=2, gen_length=32, block_length=16,
+                     repeats=1, names=["threshold 0.9 + dual"], task="gsm-synth",
+                     out=str(tmp_path / "d.json"), plot=True)
+  problems = gsm_synth.problems("test", 2, 0)
+  out = jaxdec.diffusion_generate(model, [tok.encode(p.prompt) for p in problems], gen_length=32,
+                                  block_length=16, steps=32, scheduler=Threshold(0.9),
+                                  cache=DualCache(), stop_early=True)
+  fast = record["rows"][1]
+  assert fast["config"] == "threshold 0.9 + dual"
+  assert fast["mean length"] == float(np.mean(out.lengths))
+  assert fast["NFE"] == float(np.mean(out.stats["nfe"]))
+  texts = [tok.decode(np.asarray(row[:n]).tolist()) for row, n in zip(out.tokens, out.lengths)]
+  assert fast["accuracy"] == gsm_synth.score(texts, problems)
+  assert record["task"] == "gsm-synth" and record["plots"][-1].endswith("_accuracy_vs_speed.png")
+  assert "gsm-synth test problems" in capsys.readouterr().out

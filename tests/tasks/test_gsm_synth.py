@@ -41,7 +41,8 @@ def test_same_seed_same_problems_in_this_and_another_process():
 def test_splits_are_disjoint_and_unseen_templates_are_never_trained_on():
   held_out = {t.name for t in gsm_synth.TEMPLATES.values() if t.held_out}
   assert len(gsm_synth.TEMPLATES) >= 40 and len(held_out) >= 8
-  assert all(len(t.forms) >= 2 for t in gsm_synth.TEMPLATES.values())
+  assert all(len(c.forms) >= 3 for c in gsm_synth.CLAUSES.values())
+  assert all(len(s.openings) >= 3 and len(s.questions) >= 3 for s in gsm_synth.SCENARIOS.values())
   # A difficulty with few distinct questions (numbers 2..4, one addition): without the hash
   # split, 1500 train and 60 test draws would share questions.
   small = Difficulty(max_operand=4, max_steps=1, operations=("+",))
@@ -66,7 +67,33 @@ def test_splits_are_disjoint_and_unseen_templates_are_never_trained_on():
   assert {p.template for p in problems("test-unseen-templates", 400, seed=0)} == held_out
 
 
+def _pattern(forms) -> str:
+  """A regex alternative of `forms` (sentences with {slots})."""
+  return "(?:" + "|".join(re.sub(r"\\\{\w+\\\}", ".+?", re.escape(f)) for f in forms) + ")"
+
+
+def test_held_out_templates_are_new_combinations_of_trained_phrasings():
+  train = [t for t in gsm_synth.TEMPLATES.values() if not t.held_out]
+  held_out = [t for t in gsm_synth.TEMPLATES.values() if t.held_out]
+  trained_forms = set().union(*(t.forms() for t in train))
+  trained = {(t.scenario.name, t.ops, tuple(c.name for c in t.clauses)) for t in train}
+  for t in held_out:
+    assert t.forms() <= trained_forms, (t.name, t.forms() - trained_forms)
+    assert (t.scenario.name, t.ops, tuple(c.name for c in t.clauses)) not in trained, t.name
+  # A problem's question and long-form answer are exactly its template's forms, in order: an
+  # opening, one form per clause, the question (unless the last clause asks it).
+  for split in ("train", "test-unseen-templates"):
+    for p in problems(split, 200, seed=5):
+      t = gsm_synth.TEMPLATES[p.template]
+      parts = [t.scenario.openings] + [c.forms for c in t.clauses]
+      parts += [] if t.clauses[-1].asks else [t.scenario.questions]
+      assert re.fullmatch(" ".join(map(_pattern, parts)), p.question), p.question
+      explanation = p.solution.split("</think>\n")[1].rsplit("\n#### ", 1)[0]
+      assert re.fullmatch(" ".join(_pattern([c.explain]) for c in t.clauses), explanation)
+
+
 _HEADER = re.compile(r"(\d+)([-+*/])(\d+)")
+_PLAN = re.compile(r"plan: (\d+)((?: [-+*/]\d+| \d+-)+)")
 _COLUMN = {
     "+": re.compile(r"(\d+)\+(\d+):(\d)\+(\d)\+(\d)=(\d+)->(\d+)"),
     "-": re.compile(r"(\d+)-(\d+):(1?)(\d)-(\d)-(\d)=(\d)->(\d+)"),
@@ -133,15 +160,38 @@ def _check_block(lines: list[str]) -> tuple[int, str, int, int]:
   return a_, op, b_, result
 
 
+def _check_plan(line: str, problem):
+  """The plan line names each step's operation and new number, in the question's order."""
+  start, entries = _PLAN.fullmatch(line).groups()
+  entries = entries.split()
+  assert len(entries) == len(problem.steps)
+  asked = [int(n) for n in re.findall(r"\d+", problem.question)]
+  values, numbers = [int(start)], [int(start)]
+  for entry, step in zip(entries, problem.steps):
+    if entry.endswith("-"):  # The step takes the result so far from the new number.
+      n = int(entry[:-1])
+      assert (step.a, step.op, step.b) == (n, "-", values[-1])
+    else:
+      n = int(entry[1:])
+      assert (step.a, step.op, step.b) == (values[-1], entry[0], n)
+    assert n in asked or n in values  # A number of the question, or one computed before.
+    numbers.append(n)
+    values.append(step.result)
+  plan = iter(numbers)
+  assert all(n in plan for n in asked)  # Every number of the question, in its order.
+
+
 def _check(problem):
   assert problem.prompt == f"Question: {problem.question}\n<think>\n"
   scratch, rest = problem.solution.split("\n</think>\n")
   explanation, answer = rest.rsplit("\n#### ", 1)
   assert int(answer) == problem.answer == problem.steps[-1].result
   assert extract_answer(problem.solution) == problem.answer
+  assert scratch == gsm_synth.scratchpad(problem.steps)
   lines = scratch.split("\n")
+  _check_plan(lines[0], problem)
   starts = [i for i, line in enumerate(lines) if _HEADER.fullmatch(line)]
-  assert starts[0] == 0 and len(starts) == len(problem.steps)
+  assert starts[0] == 1 and len(starts) == len(problem.steps)
   known = {int(n) for n in re.findall(r"\d+", problem.question)}
   for step, i, j in zip(problem.steps, starts, starts[1:] + [len(lines)]):
     a, op, b, result = _check_block(lines[i:j])
@@ -157,7 +207,7 @@ def _check(problem):
 
 @pytest.mark.parametrize("split", ["train", "test", "test-unseen-templates"])
 def test_every_scratchpad_line_and_answer_is_correct(split):
-  ps = problems(split, 300, seed=1, difficulty=Difficulty(max_operand=999))
+  ps = problems(split, 500, seed=1, difficulty=Difficulty(max_operand=999))
   for p in ps:
     _check(p)
   assert {p.template for p in ps} == {t.name for t in gsm_synth.templates(split)}  # All drawn.
@@ -204,9 +254,11 @@ def test_bad_arguments_are_named():
   with pytest.raises(ValueError, match="no test-unseen-templates template can draw a problem"):
     problems("test-unseen-templates", 3, difficulty=Difficulty(max_operand=3,
                                                                  operations=("/",)))
-  # Numbers up to 9 leave no change from a four-item purchase: that template drops out.
+  # Numbers up to 9 leave too few to sell, share and then eat some: that template drops out.
   tiny = {p.template for p in problems("train", 400, difficulty=Difficulty(max_operand=9))}
-  assert "shopping-change" not in tiny and len(tiny) == len(gsm_synth.templates("train")) - 2
+  assert tiny == {t.name for t in gsm_synth.templates("train")} - {"baker:sell-share-eat"}
+  with pytest.raises(ValueError, match="steps are not a chain"):
+    gsm_synth.scratchpad([gsm_synth.Step(2, "+", 3, 5), gsm_synth.Step(7, "*", 2, 14)])
 
 
 def test_extract_answer_on_well_formed_and_malformed_text():

@@ -1,0 +1,64 @@
+"""jaxdec.tasks.evaluate: scoring any decoder on gsm-synth problems."""
+
+import numpy as np
+import pytest
+
+from jaxdec.decoding import DecodeOutput
+from jaxdec.tasks import evaluate, gsm_synth
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  from jaxdec.train.tokenizer import train_bpe
+
+  return train_bpe([p.text for p in gsm_synth.problems("train", 300, seed=0)], 512,
+                   individual_digits=True)
+
+
+def _oracle(tokenizer, problems, wrong=(), width=700):
+  """A decoder that writes each problem's reference solution (then EOS and junk), or a wrong
+  final answer for the problems at the indices in `wrong`; it records the batches it saw."""
+  by_prompt = {}
+  for i, p in enumerate(problems):
+    solution = p.solution if i not in wrong else p.solution.replace(f"#### {p.answer}",
+                                                                    f"#### {p.answer + 1}")
+    by_prompt[tuple(tokenizer.encode(p.prompt))] = tokenizer.encode(solution, add_bos=False)
+  calls = []
+
+  def decode(prompts):
+    calls.append(len(prompts))
+    tokens = np.full((len(prompts), width), 7, np.int32)
+    lengths = np.zeros((len(prompts),), np.int32)
+    for row, prompt in enumerate(prompts):
+      ids = by_prompt[tuple(prompt)] + [tokenizer.eos_id]
+      tokens[row, : len(ids)], lengths[row] = ids, len(ids)
+    return DecodeOutput(tokens=tokens, lengths=lengths,
+                        stats={"nfe": np.maximum(lengths // 2, 1)})
+  return decode, calls
+
+
+def test_solve_scores_exact_answers_and_groups_them(tokenizer):
+  problems = gsm_synth.problems("test", 10, seed=1)
+  decode, calls = _oracle(tokenizer, problems, wrong={2, 5, 7})
+  result = evaluate.solve(decode, tokenizer, problems, batch_size=4)
+  assert result.correct == [i not in {2, 5, 7} for i in range(10)]
+  assert result.accuracy == pytest.approx(0.7)
+  assert calls == [4, 4, 4, 4]  # Compile pass, then 3 batches; the last one padded to 4.
+  assert [c.split("####")[-1].strip() for c in result.completions][:2] == [
+      str(p.answer) for p in problems[:2]]
+  summary = result.summary()
+  assert summary["problems"] == 10 and summary["tokens/forward"] == pytest.approx(
+      result.lengths.sum() / result.forwards.sum())
+  groups = result.by(lambda p: len(p.steps))
+  assert sum(n for _, n in groups.values()) == 10
+  for steps, (accuracy, n) in groups.items():
+    members = [ok for p, ok in zip(problems, result.correct) if len(p.steps) == steps]
+    assert (accuracy, n) == (np.mean(members), len(members))
+
+
+def test_solve_rejects_bad_arguments(tokenizer):
+  decode, _ = _oracle(tokenizer, [])
+  with pytest.raises(ValueError, match="at least one problem"):
+    evaluate.solve(decode, tokenizer, [])
+  with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    evaluate.solve(decode, tokenizer, gsm_synth.problems("test", 1), batch_size=0)
