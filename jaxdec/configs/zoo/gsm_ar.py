@@ -1,16 +1,18 @@
 """gsm-ar: the AR target on gsm-synth (Llama architecture, tied embeddings, ~4.7M params).
 
 Trains on random 512-token windows of 50k generated train problems (default difficulty: numbers
-up to 99, 1-4 steps, all four operations; ~11M tokens) with the task's own tokenizer (1024 ids,
-digits split one by one). At that difficulty solutions are 175 tokens on average and at most
-~395 with EOS, prompts at most 85 (held-out templates), so a generation length of 416 (13
-blocks of 32) after any prompt fits the 512 positions; numbers up to 999 need ~640. Special ids
+up to 99, 1-4 steps, all four operations; ~12M tokens) with the task's own tokenizer (1024 ids,
+digits split one by one). At that difficulty solutions are ~190 tokens on average and at most
+~365 with EOS, prompts at most ~75, so a generation length of 416 (13 blocks of 32) after any
+prompt fits the 512 positions; numbers up to 999 need more. Special ids
 come from the zoo tokenizer: pad 0, bos 1, eos 2, mask 3.
 
-700 steps x 16 x 512 tokens = 5.7M tokens (~0.5 epoch): 57 min on the 2-core CPU (median
-4.6 s a step, 1,770 tokens/s; pycode-ar's rate per FLOP would have allowed 1000 steps, the
-measured one does not). Measured: greedy exact match 52% on 200 test problems (88 / 67 / 28 / 9%
-at 1 / 2 / 3 / 4 steps) and 1% on 200 test-unseen-templates problems: below the task's goals.
+700 steps x 16 x 512 tokens = 5.7M tokens (~0.5 epoch): 54 min on the 2-core CPU (median
+4.6 s a step). Measured on 200 problems per split, greedy: with the composed questions and the
+plan line, 39% on test and 37% on test-unseen-templates (80 / 47 / 21 / 5% at 1 / 2 / 3 / 4 steps
+on test); with the earlier one-wording-per-template generator, 52% and 1%. Below the task's
+goals (85% / 60%): most errors are copies of a step's number from the plan line and single-digit
+facts with a carry.
 """
 
 from jaxdec.corpus import Windows
