@@ -135,6 +135,28 @@ def _score(tokenizer, problems, tokens: np.ndarray, lengths: np.ndarray) -> floa
   return gsm_synth.score(texts, problems)
 
 
+def _chosen(names: list[str] | None) -> list[Config]:
+  """The baseline first, then the configurations in `names` (all when None)."""
+  known = [c.name for c in configs()]
+  if names is not None and set(names) - set(known):
+    raise ValueError(f"unknown configurations {sorted(set(names) - set(known))}; known: {known}")
+  return [c for c in configs() if c.name == known[0] or names is None or c.name in names]
+
+
+def _first_calls(fns: dict) -> tuple[dict, dict]:
+  """Run each configuration once (compiling it): ({name: (tokens, nfe, committed, lengths)},
+  {name: seconds})."""
+  results, seconds = {}, {}
+  for name, fn in fns.items():
+    t0 = time.perf_counter()
+    outs = fn()
+    seconds[name] = time.perf_counter() - t0
+    results[name] = tuple(np.concatenate([np.asarray(get(o)) for o in outs]) for get in (
+        lambda o: o.tokens, lambda o: o.stats["nfe"], lambda o: o.stats["committed"],
+        lambda o: o.lengths))
+  return results, seconds
+
+
 def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int | None = None, block_length: int = 32, prompt_tokens: int = 128,
         repeats: int = 3, names: list[str] | None = None, out: str | None = None,
@@ -152,10 +174,8 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
     from jaxdec.tasks import gsm_synth
 
     gen_length = 256 if task is None else gsm_synth.GEN_LENGTH
-  known = [c.name for c in configs()]
-  if names is not None and set(names) - set(known):
-    raise ValueError(f"unknown configurations {sorted(set(names) - set(known))}; known: {known}")
-  chosen = [c for c in configs() if c.name == known[0] or names is None or c.name in names]
+  chosen = _chosen(names)
+  known = [c.name for c in chosen]
   timer = Timer()
   rows = []
   for batch_size in batch_sizes:
@@ -172,15 +192,8 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         return jax.block_until_ready(outs)
       return go
 
-    fns, results, first_call = {}, {}, {}
-    for c in chosen:
-      fns[c.name] = runner(c)
-      t0 = time.perf_counter()
-      outs = fns[c.name]()
-      first_call[c.name] = time.perf_counter() - t0
-      results[c.name] = tuple(np.concatenate([np.asarray(get(o)) for o in outs]) for get in (
-          lambda o: o.tokens, lambda o: o.stats["nfe"], lambda o: o.stats["committed"],
-          lambda o: o.lengths))
+    fns = {c.name: runner(c) for c in chosen}
+    results, first_call = _first_calls(fns)
     medians = timer.interleaved(fns, repeats)
     base_tokens = results[known[0]][0]
     for c in chosen:

@@ -101,6 +101,25 @@ def figures(record: dict) -> dict:
   }
 
 
+def _hf_methods(model, draft, prompts, new_tokens, eos, directory: str) -> dict:
+  """transformers' greedy, assisted and prompt-lookup generation on the same weights, exported
+  into `directory`."""
+  import torch
+
+  torch.set_num_threads(os.cpu_count() or 1)
+  target_dir, draft_dir = os.path.join(directory, "target"), os.path.join(directory, "draft")
+  jaxdec.export_hf(model, None, target_dir)
+  jaxdec.export_hf(draft, None, draft_dir)
+  hf_target, hf_draft = _CountingHF(target_dir), _CountingHF(draft_dir)
+  return {
+      "transformers greedy": lambda: _run_hf(hf_target, prompts, new_tokens, eos),
+      "transformers assisted (draft model, defaults)": lambda: _run_hf(
+          hf_target, prompts, new_tokens, eos, assistant_model=hf_draft.model),
+      "transformers prompt lookup (n<=3, 4 tokens)": lambda: _run_hf(
+          hf_target, prompts, new_tokens, eos, prompt_lookup_num_tokens=4,
+          max_matching_ngram_size=3)}
+
+
 _DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
              "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", 416)}
 
@@ -137,18 +156,7 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
          for name, d in drafters.items()}
   tmp = tempfile.TemporaryDirectory()
   if peers:
-    import torch
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    target_dir, draft_dir = os.path.join(tmp.name, "target"), os.path.join(tmp.name, "draft")
-    jaxdec.export_hf(model, None, target_dir)
-    jaxdec.export_hf(draft, None, draft_dir)
-    hf_target, hf_draft = _CountingHF(target_dir), _CountingHF(draft_dir)
-    fns["transformers greedy"] = lambda: _run_hf(hf_target, prompts, new_tokens, eos)
-    fns["transformers assisted (draft model, defaults)"] = lambda: _run_hf(
-        hf_target, prompts, new_tokens, eos, assistant_model=hf_draft.model)
-    fns["transformers prompt lookup (n<=3, 4 tokens)"] = lambda: _run_hf(
-        hf_target, prompts, new_tokens, eos, prompt_lookup_num_tokens=4, max_matching_ngram_size=3)
+    fns.update(_hf_methods(model, draft, prompts, new_tokens, eos, tmp.name))
 
   results, compile_s = {}, {}
   for name, fn in fns.items():  # First call: compile (jaxdec) / warm-up (torch); keep outputs.
