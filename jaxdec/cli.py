@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 
@@ -610,6 +611,13 @@ def _eval_task(args) -> int:
   steps = [{"steps": k, "problems": n, "accuracy": acc}
            for k, (acc, n) in result.by(lambda p: len(p.steps)).items()]
   print(format_table(steps, ["steps", "problems", "accuracy"]))
+  errors = collections.Counter(
+      (gsm_synth.first_error(text, p) or ("none (answer misread)", 0))[0]
+      for text, p, ok in zip(result.completions, problems, result.correct) if not ok)
+  if errors:
+    print("first line a wrong answer gets wrong, by kind:")
+    print(format_table([{"line": k, "wrong answers": n} for k, n in errors.most_common()],
+                       ["line", "wrong answers"]))
   return 0
 
 
@@ -693,7 +701,7 @@ def _add_bench_parser(sub) -> None:
   sp.add_argument("--task", choices=("gsm-synth",),
                   help="prompts from this task's test problems, with an accuracy column")
   sp.add_argument("--new-tokens", type=int,
-                  help="tokens generated per prompt (left out: 64, with --task gsm-synth 416)")
+                  help="tokens generated per prompt (left out: 64, with --task gsm-synth 448)")
   sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
   sp.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   sp.add_argument("--no-peers", action="store_true", help="skip transformers")
@@ -712,7 +720,7 @@ def _add_bench_parser(sub) -> None:
                   help="prompts from this task's test problems, with an accuracy column (rows "
                        "stop at their answer's EOS)")
   df.add_argument("--gen-length", type=int,
-                  help="canvas tokens per prompt (left out: 256, or the task's, gsm-synth 416)")
+                  help="canvas tokens per prompt (left out: 256, or the task's, gsm-synth 448)")
   df.add_argument("--block-length", type=int, default=32, help="tokens a block")
   df.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
@@ -904,7 +912,7 @@ def _add_eval_parser(sub) -> None:
                     help="problems decoded together (left out: 32)")
   task.add_argument("--max-new-tokens", type=_positive_int,
                     help="tokens per problem (diffusion: the default --gen-length); left out: "
-                         "416, the longest solution rounded up to blocks of 32")
+                         "448, the longest solution rounded up to blocks of 32")
   task.add_argument("--method", choices=METHODS,
                     help="decoding method; left out: diffusion for a masked-diffusion model, "
                          "else greedy (or sample with --temperature > 0)")

@@ -96,8 +96,100 @@ class Windows:
 
   source: Any = STDLIB
 
-  def build(self, stream: np.ndarray, progress: bool = True) -> np.ndarray:
+  def build(self, stream: np.ndarray, progress: bool = True, *, tokenizer=None) -> np.ndarray:
+    del progress, tokenizer
     return stream  # `stream` is already the source's train split.
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+  """Ready-made training rows: `tokens` i32[N, L] and `scored` bool[N, L], True where the loss
+  predicts the token (objectives take it as `scored`)."""
+
+  tokens: np.ndarray
+  scored: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+  """`TrainConfig.data` for training on whole documents of `source`'s train split: each row of
+  `seq_len` tokens holds as many documents, [BOS] text [EOS], as fit (in a seeded random order,
+  first fit), none cut, the rest PAD. Why: a random window starts inside a document as often as
+  not, and a task's answer trained without its question teaches the model to answer questions it
+  has not read. With `completions_only` the loss scores only each document's completion and its
+  EOS, not its prompt (supervised fine-tuning's rule): the source's `examples(split)` gives
+  (prompt, completion) pairs, tokenized apart as a prompt is at inference.
+
+  `eos_block`: each completion's EOS is repeated up to a multiple of this many tokens (scored),
+  so that the next document starts where a diffusion block would. A masked-diffusion model
+  decoding blocks of that length then fills the rest of an answer's last block with EOS, with
+  confidence (LLaDA's SFT pads answers with EOS for the same reason), instead of guessing at a
+  next question it cannot know."""
+
+  source: Any
+  seq_len: int
+  completions_only: bool = True
+  eos_block: int | None = None
+  seed: int = 0
+
+  def __post_init__(self):
+    if not isinstance(self.seq_len, int) or self.seq_len < 2:
+      raise ValueError(f"Packed.seq_len must be an int >= 2, got {self.seq_len!r}")
+    if self.eos_block is not None and (not isinstance(self.eos_block, int) or self.eos_block < 1):
+      raise ValueError(f"Packed.eos_block must be None or an int >= 1, got {self.eos_block!r}")
+    if self.completions_only and not hasattr(self.source, "examples"):
+      raise TypeError(f"Packed(completions_only=True) needs a source with examples(split) -> "
+                      f"[(prompt, completion)], got {type(self.source).__name__}")
+
+  def build(self, stream: np.ndarray, progress: bool = True, *, tokenizer) -> Rows:
+    """The packed rows of the train split (`stream` is not used: documents are re-encoded whole)."""
+    del stream, progress
+    return self._rows("train", tokenizer)
+
+  def validation(self, tokenizer, count: int) -> Rows:
+    """Up to `count` packed rows of the validation split, scored as training scores them: the
+    validation loss is then the training loss on problems never trained on."""
+    rows = self._rows("validation", tokenizer)
+    return Rows(rows.tokens[:count], rows.scored[:count])
+
+  def _rows(self, split: str, tokenizer) -> Rows:
+    if self.completions_only:
+      pairs = self.source.examples(split)
+    else:
+      pairs = [("", text) for text in self.source.documents(split)]
+    prompts = tokenizer.backend.encode_batch([p for p, _ in pairs], add_special_tokens=False)
+    completions = tokenizer.backend.encode_batch([c for _, c in pairs], add_special_tokens=False)
+    documents = []
+    for prompt, completion in zip(prompts, completions):
+      head = [tokenizer.bos_id] + prompt.ids
+      ends = 1 + (-(len(completion.ids) + 1) % self.eos_block if self.eos_block else 0)
+      documents.append((head + completion.ids + [tokenizer.eos_id] * ends, len(head)))
+    return pack(documents, self.seq_len, tokenizer.pad_id, self.seed)
+
+
+def pack(documents: list[tuple[list[int], int]], length: int, pad_id: int, seed: int = 0) -> Rows:
+  """First-fit packing of (token ids, number of unscored leading ids) into rows of `length`, in
+  a seeded random order; a document longer than a row is an error, not a cut."""
+  order = np.random.default_rng(seed).permutation(len(documents))
+  rows: list[list[int]] = []
+  masks: list[list[bool]] = []
+  free: list[int] = []  # Room left per row; first fit over the rows that still have some.
+  for i in order:
+    ids, unscored = documents[i]
+    if len(ids) > length:
+      raise ValueError(f"a document of {len(ids)} tokens does not fit rows of {length}")
+    slot = next((r for r in range(max(0, len(free) - 64), len(free)) if free[r] >= len(ids)), None)
+    if slot is None:
+      rows.append([]), masks.append([]), free.append(length)
+      slot = len(rows) - 1
+    rows[slot] += ids
+    masks[slot] += [False] * unscored + [True] * (len(ids) - unscored)
+    free[slot] -= len(ids)
+  tokens = np.full((len(rows), length), pad_id, np.int32)
+  scored = np.zeros((len(rows), length), bool)
+  for r, (ids, mask) in enumerate(zip(rows, masks)):
+    tokens[r, :len(ids)], scored[r, :len(mask)] = ids, mask
+  return Rows(tokens, scored)
 
 
 def source_of(data) -> Any:
@@ -130,6 +222,19 @@ def encode_documents(texts: list[str], tokenizer) -> np.ndarray:
   for enc in tokenizer.backend.encode_batch(texts, add_special_tokens=False):
     pieces.append(np.asarray([tokenizer.bos_id] + enc.ids + [tokenizer.eos_id], np.int32))
   return np.concatenate(pieces) if pieces else np.zeros((0,), np.int32)
+
+
+def sample_batch(data: np.ndarray | Rows, batch: int, length: int, seed: int,
+                 step: int) -> tuple[np.ndarray, np.ndarray | None]:
+  """(tokens i32[batch, length], scored bool[batch, length] or None: every token scored) of a
+  training step: random rows of `Rows`, else `sample_windows`."""
+  if isinstance(data, Rows):
+    rng = np.random.default_rng([seed, step])
+    if data.tokens.shape[1] != length:
+      raise ValueError(f"training rows have {data.tokens.shape[1]} tokens but seq_len is {length}")
+    picked = rng.integers(0, len(data.tokens), size=batch)
+    return data.tokens[picked], data.scored[picked]
+  return sample_windows(data, batch, length, seed, step), None
 
 
 def sample_windows(stream: np.ndarray, batch: int, length: int, seed: int, step: int) -> np.ndarray:

@@ -163,7 +163,7 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         plot: bool = False, task: str | None = None) -> dict:
   """Time every configuration (or those in `names`) against the baseline, per batch size;
   `plot` also writes `figures(record)` as PNGs next to `out`. Left out, the model and gen_length
-  are the task's (code: zoo:pycode-dlm, 256; gsm-synth: zoo:gsm-dlm, 416)."""
+  are the task's (code: zoo:pycode-dlm, 256; gsm-synth: zoo:gsm-dlm, 448)."""
   check_plot(plot, out)
   if model_path is None:
     model_path = "zoo:pycode-dlm" if task is None else "zoo:gsm-dlm"

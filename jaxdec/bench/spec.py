@@ -7,7 +7,7 @@ checked token for token against jaxdec greedy AR. tau = tokens emitted per targe
 (prefill included); transformers' target forwards are counted with a forward hook. jaxdec's
 speculative rows also record how many drafts each verification step accepted, as a histogram.
 With `task="gsm-synth"` the prompts are test problems (default models zoo:gsm-ar and
-zoo:gsm-draft, 416 new tokens) and an `accuracy` column scores each method's answers.
+zoo:gsm-draft, `gsm_synth.GEN_LENGTH` new tokens) and an `accuracy` column scores each method's answers.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import jaxdec
 from jaxdec import spec
 from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.corpus import held_out_prompts
+from jaxdec.tasks import gsm_synth
 
 
 def _jaxdec_methods(draft, num_tokens):
@@ -121,14 +122,13 @@ def _hf_methods(model, draft, prompts, new_tokens, eos, directory: str) -> dict:
 
 
 _DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
-             "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", 416)}
+             "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", gsm_synth.GEN_LENGTH)}
 
 
 def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
   """(prompts, the task's problems or None)."""
   if task is None:
     return held_out_prompts(tokenizer, num_prompts, prompt_tokens=prompt_tokens), None
-  from jaxdec.tasks import gsm_synth
 
   problems = gsm_synth.problems("test", num_prompts, 0)
   return [tokenizer.encode(p.prompt) for p in problems], problems
@@ -140,7 +140,7 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
         task: str | None = None) -> dict:
   """Every method on the same prompts, timed interleaved; `plot` also writes `figures(record)`
   as PNGs next to `out`. Left out, the models and new_tokens are the task's (code: zoo:pycode-ar,
-  zoo:pycode-draft, 64; gsm-synth: zoo:gsm-ar, zoo:gsm-draft, 416)."""
+  zoo:pycode-draft, 64; gsm-synth: zoo:gsm-ar, zoo:gsm-draft, 448)."""
   if task not in _DEFAULTS:
     raise ValueError(f"task must be one of {[t for t in _DEFAULTS if t]} or None, got {task!r}")
   check_plot(plot, out)
@@ -180,7 +180,6 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
         "first call s": compile_s[name],
     })
     if problems is not None:
-      from jaxdec.tasks import gsm_synth
 
       rows[-1]["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t, _, _ in outs],
                                              problems)

@@ -10,13 +10,15 @@ answer that restates the reasoning in sentences, and `#### N`:
   <think>
   plan: 14 *2 +33 65-
   14*2
-  14*2:4*2+0=8->8
-  1*2:1*2+0=2->28
+  14*2:4*2=8+0=8->8
+  1*2:1*2=2+0=2->28
   14*2=28
+  rest: 28 +33 65-
   28+33
   28+33:8+3+0=11->1
   2+3:2+3+1=6->61
   28+33=61
+  rest: 61 65-
   65-61
   65-61:5-1-0=4->4
   6-6:6-6-0=0->04
@@ -45,20 +47,25 @@ Scratchpad format. A 3M-parameter model that wrote one equation per line ("198 /
 every template and got the arithmetic wrong; small models compute reliably only when each token
 follows from a few tokens at fixed places nearby. So the first line is a plan: `plan:`, the first
 number, then one entry per step in the question's order, its operation and new number (`*2`,
-`+33`), or the new number and `-` (`65-`) when the step takes the result so far from it (change
-from a payment, what is still needed). Each step then gets a header line `A op B` (its new
-number copied from the plan nearby rather than from the question far back), then one line per
-digit that restates what it still needs, then `A op B=C`:
+`+33`), the new number and `-` (`65-`) when the step takes the result so far from it (change
+from a payment, what is still needed), or `+before` when it adds back the result before the
+previous step (two people together: a number the plan cannot know yet). Every step after the
+first opens with a `rest:` line, the result so far and the plan's entries still to do (a
+`+before` made the first number of the line before it), so that each step's operands are the
+first two entries of the line just above; a plan whose k-th entry had to be found by counting
+was where a 4.7M-parameter model miscopied most. A step is a header line `A op B`, then one line
+per digit that restates what it still needs, then `A op B=C`:
 - `+` and `-`: both operands zero-padded to one width; a line restates the digits not yet used
   (so the column's digits are the last ones before `+` / `:`), then the column, least-significant
   first: `x+y+carry=s` (carry: the previous line's tens digit), or `x-y-borrow=z`, written
   `1x-y-borrow=z` when it borrows ten (the next line's borrow is then 1). After `->` comes the
   result so far: the new digit, then a copy of the previous line's result.
-- `*` by a factor 2..9: `x*f+carry=p` the same way; a carry left after the last digit gets a
-  `carry c->...` line.
+- `*` by a factor 2..9: `x*f=p+carry=p'` the same way, the product and the carry's sum written
+  apart (one fact at a time: `8*9+4=74` in one go was the commonest wrong line); a carry left
+  after the last digit gets a `carry c->...` line.
 - `/` (exact, by 2..9): long division, most significant digit first,
-  `rest/d rR:lead/d=q rR'->quotient so far`, where `lead` is the remainder R then the first
-  digit of `rest`.
+  `rest/d rR:lead/d=q lead-q*d=R'->quotient so far`, where `lead` is the remainder R then the
+  first digit of `rest`, and the new remainder R' is a written subtraction (`13-12=1`).
 Every line can be checked on its own (the tests parse and recompute each one). Most tokens are
 copies (restated digits, results so far, the long-form answer), the predictable text on which
 parallel decoders commit many tokens per forward.
@@ -81,8 +88,8 @@ from typing import ClassVar
 
 SPLITS = ("train", "validation", "test", "test-unseen-templates")
 # Tokens the zoo decodes per problem, whole diffusion blocks of 32: above the longest solution at
-# the default difficulty (~365 with EOS in the zoo tokenizer; 416 was sized for an earlier ~395).
-GEN_LENGTH = 416
+# the default difficulty (425 tokens with EOS in the zoo tokenizer over 50k train problems).
+GEN_LENGTH = 448
 OPERATIONS = ("+", "-", "*", "/")
 _BUCKETS = {"test": (0, 5), "validation": (5, 10), "train": (10, 100)}  # sha256(question) % 100.
 _ATTEMPTS = 1000  # Draws per problem before a template is declared impossible at a difficulty.
@@ -121,12 +128,14 @@ class Difficulty:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-  """One arithmetic step of a solution: `a op b = result`."""
+  """One arithmetic step of a solution: `a op b = result`. `back`: `b` is not a number of the
+  question but the result before the previous step (two people's counts added together)."""
 
   a: int
   op: str
   b: int
   result: int
+  back: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +197,7 @@ def _mul_lines(a: int, f: int) -> list[str]:
     x = int(digits[k - 1])
     p = x * f + carry
     acc = str(p % 10) + acc
-    lines.append(f"{digits[:k]}*{f}:{x}*{f}+{carry}={p}->{acc}")
+    lines.append(f"{digits[:k]}*{f}:{x}*{f}={x * f}+{carry}={p}->{acc}")
     carry = p // 10
   if carry:
     lines.append(f"carry {carry}->{carry}{acc}")
@@ -202,7 +211,7 @@ def _div_lines(a: int, d: int) -> list[str]:
     lead = 10 * rem + int(digits[k])
     q, new_rem = divmod(lead, d)
     acc += str(q)
-    lines.append(f"{digits[k:]}/{d} r{rem}:{lead}/{d}={q} r{new_rem}->{acc}")
+    lines.append(f"{digits[k:]}/{d} r{rem}:{lead}/{d}={q} {lead}-{q * d}={new_rem}->{acc}")
     rem = new_rem
   return lines + [f"{a}/{d}={a // d}"]
 
@@ -210,28 +219,45 @@ def _div_lines(a: int, d: int) -> list[str]:
 _LINES = {"+": _add_lines, "-": _sub_lines, "*": _mul_lines, "/": _div_lines}
 
 
-def plan_line(steps) -> str:
-  """The scratchpad's first line for a chain of `steps` (each step works on the result of the one
-  before): `plan:`, the first number, then per step its operation and new number (`+77`), or
-  `50-` for a step that takes the result so far from a new number (change from a payment)."""
+def _plan_entries(steps) -> list[str]:
+  """The first number of a chain of `steps`, then per step its operation and new number (`+77`),
+  `50-` for a step that takes the result so far from a new number (change from a payment), or
+  `+before` for one that adds back the result before the previous step (a number the plan cannot
+  know yet: the `rest:` line that opens the step states it)."""
   if not steps:
     raise ValueError("a plan needs at least one step")
   entries, running = [str(steps[0].a)], steps[0].a
   for s in steps:
-    if s.a == running:
+    if s.back:
+      entries.append("+before")
+    elif s.a == running:
       entries.append(f"{s.op}{s.b}")
     elif s.op == "-" and s.b == running:
       entries.append(f"{s.a}-")
     else:
       raise ValueError(f"steps are not a chain: {s} does not use the result so far, {running}")
     running = s.result
-  return "plan: " + " ".join(entries)
+  return entries
+
+
+def plan_line(steps) -> str:
+  """The scratchpad's first line for a chain of `steps` (each step works on the result of the one
+  before): `plan:`, the first number, then one entry per step (`_plan_entries`)."""
+  return "plan: " + " ".join(_plan_entries(steps))
 
 
 def scratchpad(steps) -> str:
-  """The scratchpad of a chain of `steps` (`Step`s): the plan line, then each step's lines,
-  joined by newlines (no `<think>` tags)."""
-  lines = [plan_line(steps)] + [line for s in steps for line in _LINES[s.op](s.a, s.b)]
+  """The scratchpad of a chain of `steps` (`Step`s): the plan line, then each step's lines, each
+  step after the first opened by a `rest:` line (the result so far and the plan entries still to
+  do), joined by newlines (no `<think>` tags)."""
+  entries = _plan_entries(steps)
+  lines = [plan_line(steps)]
+  for k, s in enumerate(steps):
+    if k:
+      if s.back:  # The result before the previous step opened the line before: the plan or a rest.
+        entries[k + 1] = f"+{s.b}"
+      lines.append(" ".join(["rest:", str(steps[k - 1].result), *entries[k + 1:]]))
+    lines += _LINES[s.op](s.a, s.b)
   return "\n".join(lines)
 
 
@@ -308,8 +334,9 @@ class _Draw:
     self.steps.append(Step(a, op, b, result))
     return result
 
-  def add(self, a: int, b: int) -> int:
-    return self._step(a, "+", b, a + b)
+  def add(self, a: int, b: int, back: bool = False) -> int:
+    self.steps.append(Step(a, "+", b, a + b, back))
+    return a + b
 
   def sub(self, a: int, b: int) -> int:
     if a - b < 2:  # Results of at least 2 keep the text plural ("1 plums").
@@ -453,7 +480,7 @@ def templates(split: str, difficulty: Difficulty = Difficulty()) -> list[Templat
 def _step(d: _Draw, rule: str, x: int, before: int) -> tuple[int, int]:
   """A clause's new number and the result of its step on `x` (`before`: the result before)."""
   if rule == "both":
-    return before, d.add(x, before)
+    return before, d.add(x, before, back=True)
   if rule == "from":
     n = d.num(lo=x + 2)
     return n, d.sub(n, x)
@@ -581,15 +608,37 @@ def score(texts, problems_) -> float:
   return sum(extract_answer(t) == p.answer for t, p in zip(texts, problems_)) / len(problems_)
 
 
+_LINE_KINDS = (("plan", re.compile(r"plan: .*")), ("rest", re.compile(r"rest: .*")),
+               ("header", re.compile(r"\d+[-+*/]\d+")), ("result", re.compile(r"\d+[-+*/]\d+=\d+")),
+               ("digit", re.compile(r".*:.*->\d+")), ("carry", re.compile(r"carry \d->\d+")),
+               ("end of scratchpad", re.compile(r"</think>")), ("answer", re.compile(r"#### .*")))
+
+
+def first_error(completion: str, problem: Problem) -> tuple[str, int] | None:
+  """Where a completion first leaves the reference solution: (the kind of the reference line it
+  gets wrong, its line number), or None when it writes the reference exactly. Kinds: 'plan',
+  'rest', 'header', 'digit', 'carry', 'result', 'end of scratchpad', 'long form', 'answer', or
+  'too short' when the completion stops early. Every solution is a deterministic function of its
+  question, so the first difference is where a model went wrong."""
+  produced, reference = completion.split("\n"), problem.solution.split("\n")
+  for i, line in enumerate(reference):
+    if i >= len(produced):
+      return "too short", i
+    if produced[i] != line:
+      kind = next((k for k, pattern in _LINE_KINDS if pattern.fullmatch(line)), "long form")
+      return kind, i
+  return None
+
+
 # ----------------------------------------------------------------------------------------------
 # gsm-synth as a training corpus.
 
 
 @dataclasses.dataclass(frozen=True)
 class Corpus:
-  """gsm-synth as a zoo training corpus (`jaxdec.corpus.Windows(gsm_synth.Corpus(...))`):
-  documents are `Problem.text`, train from the 'train' split, validation from 'validation'; its
-  tokenizer splits digits one by one."""
+  """gsm-synth as a zoo training corpus (`jaxdec.corpus.Packed(gsm_synth.Corpus(...), seq_len)`,
+  or `Windows`): documents are `Problem.text`, examples (prompt, solution) pairs, train from the
+  'train' split, validation from 'validation'; its tokenizer splits digits one by one."""
 
   difficulty: Difficulty = Difficulty()
   train_problems: int = 50_000
@@ -604,21 +653,27 @@ class Corpus:
     """The texts of 'train' or 'validation'."""
     if split not in ("train", "validation"):
       raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
-    return list(_documents(self, split))
+    return [prompt + solution for prompt, solution in _examples(self, split)]
+
+  def examples(self, split: str) -> list[tuple[str, str]]:
+    """(`Problem.prompt`, `Problem.solution`) of 'train' or 'validation'."""
+    if split not in ("train", "validation"):
+      raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
+    return list(_examples(self, split))
 
   def key(self) -> str:
     """A fingerprint of the documents themselves, so caches follow any change of the generator."""
     digest = hashlib.sha1()
     for split in ("train", "validation"):
-      for text in _documents(self, split):
+      for text in self.documents(split):
         digest.update(text.encode() + b"\0")
     return digest.hexdigest()[:12]
 
 
 @functools.lru_cache(maxsize=4)
-def _documents(source: Corpus, split: str) -> tuple[str, ...]:
+def _examples(source: Corpus, split: str) -> tuple[tuple[str, str], ...]:
   n = source.train_problems if split == "train" else source.validation_problems
-  return tuple(p.text for p in problems(split, n, source.seed, source.difficulty))
+  return tuple((p.prompt, p.solution) for p in problems(split, n, source.seed, source.difficulty))
 
 
 # ----------------------------------------------------------------------------------------------

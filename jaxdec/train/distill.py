@@ -47,7 +47,7 @@ class TeacherSamples:
   def seq_len(self) -> int:
     return self.prompt_len + self.gen_len
 
-  def build(self, stream: np.ndarray, progress: bool = True) -> np.ndarray:
+  def build(self, stream: np.ndarray, progress: bool = True, *, tokenizer=None) -> np.ndarray:
     """i32[count, prompt_len + gen_len], from the disk cache when present."""
     from jaxdec import api, io
 

@@ -1,9 +1,11 @@
 """Training objectives: pluggable pytree dataclasses with one `loss` signature.
 
-`loss(params, tokens, key, *, part, target) -> (scalar loss, metrics)`: `params` are the
+`loss(params, tokens, key, *, part, target, scored) -> (scalar loss, metrics)`: `params` are the
 trainable part's (the only thing differentiated), tokens is i32[B, L], `key` drives any
 corruption (a pure function of the step, so resumed runs are exact), `part` is the static
-`Trainable` (see `jaxdec.train.trainable`) and `target` the frozen target Model or None. Settings
+`Trainable` (see `jaxdec.train.trainable`), `target` the frozen target Model or None, and
+`scored` bool[B, L] or None (all): the tokens the loss is about (`jaxdec.corpus.Packed` leaves
+prompts and padding out). Settings
 are static fields, so an objective is a jit argument. The objectives here train a whole decoder
 (`FullModel`): they read `part.config`.
 """
@@ -24,17 +26,25 @@ def _positions(tokens: jax.Array) -> jax.Array:
   return positions(*tokens.shape)
 
 
+def _mean(values: jax.Array, scored: jax.Array | None) -> jax.Array:
+  """Mean of f32[B, L] values over the scored positions (all when `scored` is None)."""
+  if scored is None:
+    return jnp.mean(values)
+  return jnp.sum(jnp.where(scored, values, 0.0)) / jnp.maximum(jnp.sum(scored), 1)
+
+
 @struct.dataclass
 class NextToken:
   """Autoregressive cross-entropy: position i predicts token i + 1 (mean nats per token)."""
 
-  def loss(self, params, tokens, key, *, part, target=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None):
     del key, target
     config = part.config
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     logits, _, _ = forward(params, inputs, _positions(inputs), config=config)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    return jnp.mean(nll), {"nll": jnp.mean(nll)}
+    nll = _mean(optax.softmax_cross_entropy_with_integer_labels(logits, targets),
+                None if scored is None else scored[:, 1:])
+    return nll, {"nll": nll}
 
 
 @struct.dataclass
@@ -42,7 +52,9 @@ class MaskedDiffusion:
   """LLaDA's masked-diffusion objective: per sequence a ratio t ~ U(0, 1), each token masked
   with probability p = (1 - eps) t + eps, and cross-entropy on masked positions weighted by 1/p,
   summed and divided by B * L. The model is bidirectional and unshifted: the prediction for
-  position i comes from output i. Its expectation upper-bounds the NLL (the ELBO)."""
+  position i comes from output i. Its expectation upper-bounds the NLL (the ELBO). With
+  `scored`, only scored tokens are ever masked (the rest, a prompt, stays clean: LLaDA's SFT)
+  and the sum is divided by the number of scored tokens."""
 
   eps: float = struct.field(pytree_node=False, default=1e-3)
   # Fraction of sequences whose random-length prefix is never masked (LLaDA's SFT layout: a
@@ -59,8 +71,9 @@ class MaskedDiffusion:
   # 1.5 tokens per forward at threshold 0.9 (from 1.1) but greedy output that loops.
   certainty_weight: float = struct.field(pytree_node=False, default=0.0)
 
-  def corrupt(self, tokens, key, mask_id: int, t=None):
-    """(noisy tokens, masked bool[B, L], p_mask f32[B]); `t` f32[B] overrides the random ratio."""
+  def corrupt(self, tokens, key, mask_id: int, t=None, scored=None):
+    """(noisy tokens, masked bool[B, L], p_mask f32[B]); `t` f32[B] overrides the random ratio;
+    positions not `scored` are never masked."""
     t_key, m_key, p_key, l_key = jax.random.split(key, 4)
     batch, length = tokens.shape
     if t is None:
@@ -72,22 +85,24 @@ class MaskedDiffusion:
       prefix = jax.random.randint(l_key, (batch,), 0, length)
       masked &= ~(keep[:, None] & (jnp.arange(length)[None, :] < prefix[:, None]))
     masked &= jnp.arange(length)[None, :] >= self.clean_prefix
+    if scored is not None:
+      masked &= scored
     return jnp.where(masked, mask_id, tokens), masked, p_mask
 
-  def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None):
+  def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """(f32[B]: sum over masked positions of CE / p_mask per sequence, masked, logits)."""
     if config.mask_token_id is None or config.is_causal:
       raise ValueError("masked diffusion needs a bidirectional config with mask_token_id set, got "
                        f"causal={config.is_causal}, mask_token_id={config.mask_token_id}")
-    noisy, masked, p_mask = self.corrupt(tokens, key, config.mask_token_id, t)
+    noisy, masked, p_mask = self.corrupt(tokens, key, config.mask_token_id, t, scored)
     logits, _, _ = forward(params, noisy, _positions(noisy), config=config)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll, 0.0), axis=1) / p_mask, masked, logits
 
-  def loss(self, params, tokens, key, *, part, target=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None):
     del target
-    per_seq, masked, logits = self.weighted_nll(params, tokens, key, part.config)
-    loss = jnp.sum(per_seq) / tokens.size
+    per_seq, masked, logits = self.weighted_nll(params, tokens, key, part.config, scored=scored)
+    loss = jnp.sum(per_seq) / (tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1))
     metrics = {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
     if self.certainty_weight:
       logp = jax.nn.log_softmax(logits, axis=-1)
@@ -108,7 +123,7 @@ class Distill:
 
   temperature: float = struct.field(pytree_node=False, default=1.0)
 
-  def loss(self, params, tokens, key, *, part, target=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None):
     del key
     config = part.config
     if target is None:
@@ -123,4 +138,6 @@ class Distill:
     student_logp = jax.nn.log_softmax(student / t, axis=-1)
     kl = jnp.sum(jnp.exp(teacher_logp) * (teacher_logp - student_logp), axis=-1)
     nll = optax.softmax_cross_entropy_with_integer_labels(student, targets)
-    return jnp.mean(kl) * t * t, {"kl": jnp.mean(kl), "nll": jnp.mean(nll)}
+    scored = None if scored is None else scored[:, 1:]
+    kl, nll = _mean(kl, scored), _mean(nll, scored)
+    return kl * t * t, {"kl": kl, "nll": nll}

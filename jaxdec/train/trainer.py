@@ -36,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdec import sharding
 from jaxdec.model import Model, ModelConfig
-from jaxdec.corpus import sample_windows
+from jaxdec.corpus import Rows, sample_batch
 from jaxdec.train.objectives import NextToken
 from jaxdec.train.trainable import FullModel, Trainable
 
@@ -142,8 +142,9 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
                   mask=lambda params: jax.tree_util.tree_map_with_path(_decays, params)))
 
 
-def _loss_fn(module: TrainedParams, tokens, key, objective, target):
-  return objective.loss(module.params(), tokens, key, part=module.part, target=target)
+def _loss_fn(module: TrainedParams, tokens, scored, key, objective, target):
+  return objective.loss(module.params(), tokens, key, part=module.part, target=target,
+                        scored=scored)
 
 
 def _frozen(target: Model | None) -> Model | None:
@@ -152,16 +153,17 @@ def _frozen(target: Model | None) -> Model | None:
 
 
 @nnx.jit
-def train_step(module: TrainedParams, optimizer: nnx.Optimizer, tokens, key, objective, target):
+def train_step(module: TrainedParams, optimizer: nnx.Optimizer, tokens, scored, key, objective,
+               target):
   (loss, metrics), grads = nnx.value_and_grad(_loss_fn, has_aux=True)(
-      module, tokens, key, objective, _frozen(target))
+      module, tokens, scored, key, objective, _frozen(target))
   optimizer.update(module, grads)
   return loss, metrics
 
 
 @nnx.jit
-def eval_step(module: TrainedParams, tokens, key, objective, target):
-  return _loss_fn(module, tokens, key, objective, _frozen(target))[0]
+def eval_step(module: TrainedParams, tokens, scored, key, objective, target):
+  return _loss_fn(module, tokens, scored, key, objective, _frozen(target))[0]
 
 
 def step_key(seed: int, step: int) -> jax.Array:
@@ -377,14 +379,19 @@ class Trainer:
       params = jax.tree.map(jnp.asarray, multihost_utils.process_allgather(params, tiled=True))
     return self.part.to_model(params)
 
-  def evaluate(self, windows: np.ndarray) -> float:
-    """Mean objective on fixed windows (fixed corruption key, so values are comparable)."""
-    losses = [float(eval_step(self.module, self._batch(windows[i:i + self.cfg.batch_size]),
+  def evaluate(self, windows: np.ndarray | Rows) -> float:
+    """Mean objective on fixed windows, or on `Rows` scored as their `scored` says (fixed
+    corruption key, so values are comparable)."""
+    tokens, scored = (windows.tokens, windows.scored) if isinstance(windows, Rows) else (windows, None)
+    size = self.cfg.batch_size
+    losses = [float(eval_step(self.module, self._batch(tokens[i:i + size]),
+                              None if scored is None else self._batch(scored[i:i + size]),
                               step_key(self.cfg.seed + 1, i), self.objective, self.target))
-              for i in range(0, len(windows), self.cfg.batch_size)]
+              for i in range(0, len(tokens), size)]
     return float(np.mean(losses))
 
-  def run(self, stream: np.ndarray, val_windows: np.ndarray | None = None, stop_at: int | None = None,
+  def run(self, stream: np.ndarray | Rows, val_windows: np.ndarray | Rows | None = None,
+          stop_at: int | None = None,
           progress: bool = True) -> list[dict]:
     """Train from `self.step` up to `cfg.steps` (or `stop_at`); returns the logged records.
 
@@ -428,12 +435,14 @@ class Trainer:
       raise TrainingInterrupted(self.step, self.checkpoint_dir)
     return records
 
-  def _one_step(self, stream: np.ndarray, val_windows: np.ndarray | None, bar) -> dict:
+  def _one_step(self, stream: np.ndarray | Rows, val_windows: np.ndarray | Rows | None,
+                bar) -> dict:
     """One optimizer step (and the evaluation when due); its metrics record."""
     cfg = self.cfg
     t0 = time.perf_counter()
-    batch = sample_windows(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
-    loss, _ = train_step(self.module, self.optimizer, self._batch(batch),
+    tokens, scored = sample_batch(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
+    loss, _ = train_step(self.module, self.optimizer, self._batch(tokens),
+                         None if scored is None else self._batch(scored),
                          step_key(cfg.seed, self.step), self.objective, self.target)
     loss = float(loss)
     if not math.isfinite(loss):

@@ -68,9 +68,12 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   tokenizer = zoo_tokenizer(source=source)
   stream = corpus.token_stream("train", tokenizer, source)
   if cfg.data is not None:
-    stream = cfg.data.build(stream, progress=progress)
-  val_stream = corpus.token_stream("validation", tokenizer, source)
-  val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
+    stream = cfg.data.build(stream, progress=progress, tokenizer=tokenizer)
+  if hasattr(cfg.data, "validation"):  # Data that scores part of each row validates the same way.
+    val_windows = cfg.data.validation(tokenizer, cfg.eval_windows)
+  else:
+    val_stream = corpus.token_stream("validation", tokenizer, source)
+    val_windows = corpus.fixed_windows(val_stream, cfg.eval_windows, cfg.seq_len)
   start_step, t0 = trainer.step, time.perf_counter()
   trainer.run(stream, val_windows, progress=progress)
   wall = time.perf_counter() - t0

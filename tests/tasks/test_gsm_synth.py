@@ -93,12 +93,12 @@ def test_held_out_templates_are_new_combinations_of_trained_phrasings():
 
 
 _HEADER = re.compile(r"(\d+)([-+*/])(\d+)")
-_PLAN = re.compile(r"plan: (\d+)((?: [-+*/]\d+| \d+-)+)")
+_PLAN = re.compile(r"plan: (\d+)((?: [-+*/]\d+| \d+-| \+before)+)")
 _COLUMN = {
     "+": re.compile(r"(\d+)\+(\d+):(\d)\+(\d)\+(\d)=(\d+)->(\d+)"),
     "-": re.compile(r"(\d+)-(\d+):(1?)(\d)-(\d)-(\d)=(\d)->(\d+)"),
-    "*": re.compile(r"(\d+)\*(\d):(\d)\*(\d)\+(\d)=(\d+)->(\d+)"),
-    "/": re.compile(r"(\d+)/(\d) r(\d):(\d+)/(\d)=(\d) r(\d)->(\d+)"),
+    "*": re.compile(r"(\d+)\*(\d):(\d)\*(\d)=(\d+)\+(\d)=(\d+)->(\d+)"),
+    "/": re.compile(r"(\d+)/(\d) r(\d):(\d+)/(\d)=(\d) (\d+)-(\d+)=(\d)->(\d+)"),
 }
 _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
           "/": lambda a, b: a // b}
@@ -136,18 +136,19 @@ def _check_block(lines: list[str]) -> tuple[int, str, int, int]:
   elif op == "*":
     assert len(body) - (body[-1].startswith("carry ")) == len(a)
     for k, line in zip(range(len(a), 0, -1), body):
-      A, f, x, f2, c, p, new = _COLUMN[op].fullmatch(line).groups()
+      A, f, x, f2, product, c, p, new = _COLUMN[op].fullmatch(line).groups()
       assert A == a[:k] and x == A[-1] and f == f2 == b and int(c) == carry
-      assert int(p) == int(x) * int(f) + carry
+      assert int(product) == int(x) * int(f) and int(p) == int(product) + carry
       acc, carry = str(int(p) % 10) + acc, int(p) // 10
       assert new == acc
   else:
     assert len(body) == len(a)
     rem = 0
     for k, line in enumerate(body):
-      rest, d, r, lead, d2, q, r2, new = _COLUMN[op].fullmatch(line).groups()
+      rest, d, r, lead, d2, q, lead2, taken, r2, new = _COLUMN[op].fullmatch(line).groups()
       assert rest == a[k:] and d == d2 == b and int(r) == rem
-      assert int(lead) == 10 * rem + int(rest[0])
+      assert int(lead) == 10 * rem + int(rest[0]) and lead2 == lead
+      assert int(taken) == int(q) * int(d) and int(r2) == int(lead) - int(taken)
       assert (int(q), int(r2)) == divmod(int(lead), int(d))
       acc, rem = acc + q, int(r2)
       assert new == acc
@@ -168,6 +169,11 @@ def _check_plan(line: str, problem):
   asked = [int(n) for n in re.findall(r"\d+", problem.question)]
   values, numbers = [int(start)], [int(start)]
   for entry, step in zip(entries, problem.steps):
+    if entry == "+before":  # The step adds back the result before the previous step.
+      assert step.back and (step.a, step.op, step.b) == (values[-1], "+", values[-2])
+      values.append(step.result)
+      continue
+    assert not step.back
     if entry.endswith("-"):  # The step takes the result so far from the new number.
       n = int(entry[:-1])
       assert (step.a, step.op, step.b) == (n, "-", values[-1])
@@ -193,11 +199,19 @@ def _check(problem):
   starts = [i for i, line in enumerate(lines) if _HEADER.fullmatch(line)]
   assert starts[0] == 1 and len(starts) == len(problem.steps)
   known = {int(n) for n in re.findall(r"\d+", problem.question)}
-  for step, i, j in zip(problem.steps, starts, starts[1:] + [len(lines)]):
-    a, op, b, result = _check_block(lines[i:j])
+  previous = lines[0].split()[1:]  # The plan, then each rest line: a number and entries.
+  for k, (step, i, j) in enumerate(zip(problem.steps, starts, starts[1:] + [len(lines) + 1])):
+    a, op, b, result = _check_block(lines[i:j - 1])
     assert (a, op, b, result) == (step.a, step.op, step.b, step.result)
     assert a in known and b in known  # Each operand is given or was computed before.
     known.add(result)
+    if k + 1 < len(problem.steps):  # The next step opens with the result and the entries left,
+      rest = [str(result), *previous[2:]]  # `+before` as the line before's first number.
+      if problem.steps[k + 1].back:
+        assert rest[1] == "+before"
+        rest[1] = "+" + previous[0]
+      assert lines[j - 1] == " ".join(["rest:", *rest])
+      previous = rest
   # The long form restates true equations only, and every step's.
   said = {(int(x), op, int(y), int(z))
           for x, op, y, z in re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", explanation)}
@@ -278,6 +292,23 @@ def test_extract_answer_on_well_formed_and_malformed_text():
     extract_answer(None)
 
 
+def test_first_error_names_the_first_line_a_completion_gets_wrong():
+  p = next(p for p in problems("test", 50, seed=3) if len(p.steps) == 2 and "carry" in p.solution)
+  lines = p.solution.split("\n")
+  assert gsm_synth.first_error(p.solution, p) is None
+  def broken(i, line):
+    return gsm_synth.first_error("\n".join(lines[:i] + [line] + lines[i + 1:]), p)
+  kinds = {}
+  for i, line in enumerate(lines):
+    kind, at = broken(i, line + "7")
+    assert at == i
+    kinds.setdefault(kind, line)
+  assert set(kinds) == {"plan", "rest", "header", "digit", "carry", "result",
+                        "end of scratchpad", "long form", "answer"}, kinds
+  assert kinds["rest"].startswith("rest: ") and kinds["answer"].startswith("#### ")
+  assert gsm_synth.first_error("\n".join(lines[:3]), p) == ("too short", 3)
+
+
 def test_score_is_exact_match_accuracy():
   ps = problems("test", 4, seed=0)
   texts = [p.solution for p in ps]
@@ -334,6 +365,48 @@ def test_zoo_tokenizer_and_token_stream_of_the_gsm_corpus(tmp_path, monkeypatch)
   other = gsm_synth.Corpus(difficulty=Difficulty(max_operand=50), train_problems=300,
                            validation_problems=20, vocab_size=400)
   assert other.key() != source.key()
+
+
+@pytest.mark.parametrize("eos_block", [None, 32])
+def test_packed_rows_hold_whole_problems_and_score_their_solutions(tmp_path, monkeypatch,
+                                                                  eos_block):
+  """Rows are whole [BOS] prompt solution [EOS] documents (with eos_block, the EOS repeated to a
+  multiple of the block after the prompt); the scored tokens are exactly the solutions and their
+  EOS; the prompt is tokenized as at inference."""
+  from jaxdec.train.zoo import zoo_tokenizer
+
+  monkeypatch.setenv("JAXDEC_DATA_DIR", str(tmp_path))
+  source = gsm_synth.Corpus(train_problems=60, validation_problems=4, vocab_size=400)
+  tok = zoo_tokenizer(source=source)
+  rows = corpus.Packed(source, 1024, eos_block=eos_block).build(None, tokenizer=tok)
+  assert len(rows.tokens) < 60 / 2
+  texts = {p + s for p, s in source.examples("train")}
+  starts = []
+  for tokens, scored in zip(rows.tokens, rows.scored):
+    bos = list(np.flatnonzero(tokens == tok.bos_id)) + [int((tokens != tok.pad_id).sum())]
+    for a, b in zip(bos, bos[1:]):
+      doc, mask = tokens[a:b], scored[a:b]
+      ends = np.flatnonzero(doc == tok.eos_id)
+      assert tok.decode(doc) in texts and ends[-1] == len(doc) - 1
+      assert (ends == np.arange(ends[0], len(doc))).all()  # One EOS run, at the end.
+      prompt = tok.decode(doc[~mask])
+      assert tok.encode(prompt) == list(doc[~mask]) and mask[len(tok.encode(prompt)):].all()
+      if eos_block:
+        assert mask.sum() % eos_block == 0 and len(ends) <= eos_block
+      else:
+        assert len(ends) == 1
+      starts.append(tok.decode(doc))
+    assert not scored[tokens == tok.pad_id].any()
+  assert sorted(starts) == sorted(texts)
+  validation = corpus.Packed(source, 1024, eos_block=eos_block).validation(tok, 1)
+  assert validation.tokens.shape == (1, 1024) and validation.scored.any()
+  row = validation.tokens[0]
+  bos = list(np.flatnonzero(row == tok.bos_id)) + [int((row != tok.pad_id).sum())]
+  assert {tok.decode(row[a:b]) for a, b in zip(bos, bos[1:])} <= set(source.documents("validation"))
+  with pytest.raises(ValueError, match="eos_block must be None or an int >= 1, got 0"):
+    corpus.Packed(source, 512, eos_block=0)
+  with pytest.raises(TypeError, match="needs a source with examples"):
+    corpus.Packed(corpus.STDLIB, 512)
 
 
 def test_gsm_recipes_train_on_the_task_corpus():

@@ -381,3 +381,79 @@ def test_training_on_a_mesh_equals_one_device(tmp_path, stream):
   assert wq.addressable_shards[0].data.shape == (2, 64, 1, 32)
   with pytest.raises(ValueError, match="batch_size=8 is not divisible by the mesh's data axis of size 3"):
     Trainer(cfg, str(tmp_path / "c"), mesh=sharding.make_mesh(data=3, model=1))
+
+
+def test_packing_keeps_documents_whole_and_scores_completions_only():
+  rng = np.random.RandomState(3)
+  documents = [(list(rng.randint(4, VOCAB, size=n)), k) for n, k in
+               [(5, 2), (9, 3), (3, 1), (16, 4), (7, 0), (11, 5), (2, 1)]]
+  rows = corpus.pack(documents, 16, pad_id=0, seed=1)
+  assert rows.tokens.shape[1] == 16 and len(rows.tokens) < len(documents)
+  found = []
+  for tokens, scored in zip(rows.tokens, rows.scored):
+    start = 0
+    while start < 16 and tokens[start] != 0:  # Each row: whole documents, then PAD only.
+      ids, unscored = next((d for d in documents if list(tokens[start:start + len(d[0])]) == d[0]))
+      np.testing.assert_array_equal(scored[start:start + len(ids)],
+                                    np.arange(len(ids)) >= unscored)
+      found.append(ids)
+      start += len(ids)
+    assert not tokens[start:].any() and not scored[start:].any()
+  assert sorted(map(tuple, found)) == sorted(tuple(d[0]) for d in documents)
+  np.testing.assert_array_equal(rows.tokens, corpus.pack(documents, 16, 0, seed=1).tokens)
+  with pytest.raises(ValueError, match="a document of 17 tokens does not fit rows of 16"):
+    corpus.pack([(list(range(17)), 0)], 16, pad_id=0)
+
+
+def test_sample_batch_picks_whole_rows_with_their_scored_masks():
+  tokens = np.arange(5 * 8, dtype=np.int32).reshape(5, 8)
+  rows = corpus.Rows(tokens, tokens % 3 == 0)
+  picked, scored = corpus.sample_batch(rows, 6, 8, seed=0, step=3)
+  for t, s in zip(picked, scored):
+    np.testing.assert_array_equal(s, t % 3 == 0)
+  np.testing.assert_array_equal(picked, corpus.sample_batch(rows, 6, 8, seed=0, step=3)[0])
+  assert corpus.sample_batch(tokens, 2, 8, seed=0, step=3)[1] is None
+  with pytest.raises(ValueError, match="training rows have 8 tokens but seq_len is 16"):
+    corpus.sample_batch(rows, 6, 16, seed=0, step=3)
+
+
+def test_scored_positions_are_the_only_ones_the_losses_count():
+  """NextToken averages the NLL of scored targets only; MaskedDiffusion never masks an unscored
+  token and divides by the number of scored ones; all-scored equals no mask."""
+  from jaxdec.model import forward
+
+  tokens = jnp.asarray(np.random.RandomState(4).randint(4, VOCAB, (4, 24)), jnp.int32)
+  scored = jnp.asarray(np.random.RandomState(5).rand(4, 24) < 0.5)
+  cfg = _config().model
+  params = Trainer(_config(), "/tmp/unused-nt").module.params()
+  loss, _ = NextToken().loss(params, tokens, None, part=FullModel(cfg), scored=scored)
+  logits, _, _ = forward(params, tokens[:, :-1], jnp.broadcast_to(jnp.arange(23), (4, 23)),
+                         config=cfg)
+  nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], -1)[..., 0]
+  np.testing.assert_allclose(loss, nll[scored[:, 1:]].mean(), rtol=1e-5)
+  full, _ = NextToken().loss(params, tokens, None, part=FullModel(cfg))
+  same, _ = NextToken().loss(params, tokens, None, part=FullModel(cfg),
+                             scored=jnp.ones_like(scored))
+  np.testing.assert_allclose(full, same, rtol=1e-6)
+  np.testing.assert_allclose(full, nll.mean(), rtol=1e-5)
+
+  dlm = _config(MaskedDiffusion(), attention=Bidirectional(), mask_token_id=3)
+  objective = MaskedDiffusion()
+  _, masked, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((4,)), scored=scored)
+  np.testing.assert_array_equal(masked, scored)
+  params = Trainer(dlm, "/tmp/unused-md2").module.params()
+  per_seq, _, _ = objective.weighted_nll(params, tokens, jax.random.key(1), dlm.model,
+                                         scored=scored)
+  loss, _ = objective.loss(params, tokens, jax.random.key(1), part=FullModel(dlm.model),
+                           scored=scored)
+  np.testing.assert_allclose(loss, per_seq.sum() / scored.sum(), rtol=1e-6)
+
+
+def test_evaluate_on_rows_scores_only_their_scored_tokens(tmp_path):
+  tokens = np.random.RandomState(6).randint(4, VOCAB, (8, 64)).astype(np.int32)
+  trainer = Trainer(_config(), str(tmp_path))
+  everything = trainer.evaluate(tokens)
+  assert trainer.evaluate(corpus.Rows(tokens, np.ones_like(tokens, bool))) == pytest.approx(everything)
+  half = np.zeros_like(tokens, bool)
+  half[:, 32:] = True
+  assert trainer.evaluate(corpus.Rows(tokens, half)) != pytest.approx(everything, rel=1e-4)

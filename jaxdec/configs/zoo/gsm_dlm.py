@@ -1,10 +1,12 @@
 """gsm-dlm: a LLaDA-style masked-diffusion LM on gsm-synth (bidirectional, unshifted: output i
 predicts position i), initialised from gsm-ar's weights and adapted with the masked-diffusion
-objective on the same 512-token windows, so a prompt plus any solution fits (the diffusion runs
-round the generation length up to a multiple of the block). Half the rows keep a random-length
-prefix clean (`prefix_fraction=0.5`, as pycode-dlm-refine): the shape semi-autoregressive
-decoding sees, a visible prompt and answer so far before a masked rest. 600 steps x 16 x 512
-tokens = 4.9M tokens (a step costs what a gsm-ar step does)."""
+objective on gsm-ar's packed problems, with LLaDA's SFT rules: the question is never masked and
+the loss is on the solution only, whose EOS is repeated to the end of its last 32-token block
+(`Packed(eos_block=32)`), so that block decoding fills an answer's last block with EOS at once.
+Half the rows also keep a random-length prefix clean (`prefix_fraction=0.5`): the shape
+semi-autoregressive decoding sees, a question and answer so far before a masked rest.
+A step costs what a gsm-ar step does.
+"""
 
 import dataclasses
 
@@ -13,11 +15,17 @@ from jaxdec.model import Bidirectional
 from jaxdec.train.objectives import MaskedDiffusion
 from jaxdec.train.trainer import TrainConfig
 
+BLOCK = 32  # The block length the zoo decodes gsm-synth with.
+# Rows as long as the positions the model runs at: a prompt and a solution padded to whole blocks
+# (up to 77 + 448 tokens) fit, and every position a decoding canvas reaches is trained.
+SEQ_LEN = gsm_ar.MODEL.max_position_embeddings
+DATA = dataclasses.replace(gsm_ar.DATA, seq_len=SEQ_LEN, eos_block=BLOCK)
 MODEL = dataclasses.replace(gsm_ar.MODEL, attention=Bidirectional(), mask_token_id=3,
                             architecture="llada")
 
 
 def get_config() -> TrainConfig:
-  return dataclasses.replace(gsm_ar.get_config(), name="gsm-dlm", model=MODEL,
-                             objective=MaskedDiffusion(prefix_fraction=0.5), steps=600,
-                             learning_rate=1.5e-3, warmup_steps=60, init_from="zoo:gsm-ar")
+  return dataclasses.replace(gsm_ar.get_config(), name="gsm-dlm", model=MODEL, data=DATA,
+                             seq_len=SEQ_LEN,
+                             objective=MaskedDiffusion(prefix_fraction=0.5), steps=1300,
+                             learning_rate=1.5e-3, warmup_steps=100, init_from="zoo:gsm-ar")
