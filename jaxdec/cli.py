@@ -602,7 +602,9 @@ def _eval_task(args) -> int:
   tokenizer = jaxdec.load_tokenizer(args.model)
   method = _method(args, model)
   decode = _decoder(args, model, method, tokenizer, stop_early=True)
-  result = evaluate.solve(decode, tokenizer, problems, batch_size=args.batch_size)
+  # Batches of similar solution length stop together (stop_early).
+  result = evaluate.solve(decode, tokenizer, problems, batch_size=args.batch_size,
+                          group_by=lambda p: len(p.solution))
   print(f"{args.model} on gsm-synth {args.split} ({len(problems)} problems, seed "
         f"{args.task_seed}, numbers up to {difficulty.max_operand}), {method}, up to "
         f"{args.max_new_tokens} new tokens, batch {args.batch_size}")
@@ -932,8 +934,9 @@ def build_parser() -> argparse.ArgumentParser:
   demo.add_argument("--prompts", type=_positive_int, default=3, help="held-out code prompts")
   demo.add_argument("--new-tokens", type=_positive_int, default=64, help="tokens per completion")
   demo.add_argument("--gsm", action=argparse.BooleanOptionalAction,
-                    help="then solve a gsm-synth problem by AR and by parallel diffusion (left "
-                         "out: when the gsm-synth zoo models are installed)")
+                    help="then solve a gsm-synth problem by greedy AR, speculative decoding and "
+                         "parallel diffusion, with whichever gsm-synth zoo models are installed "
+                         "(left out: when zoo:gsm-ar is)")
   demo.set_defaults(fn=_cmd_demo)
 
   _add_generate_parser(sub)

@@ -57,13 +57,26 @@ class Result:
 
 
 def solve(decode: Callable, tokenizer, problems: Sequence, batch_size: int = 32,
-          extract: Callable[[str], int | None] = gsm_synth.extract_answer) -> Result:
+          extract: Callable[[str], int | None] = gsm_synth.extract_answer,
+          group_by: Callable[[object], float] | None = None) -> Result:
   """Decode every problem's prompt (BOS first, as the zoo trains) in batches of `batch_size`
-  (a short last batch is padded with copies, so one program serves all) and score it."""
+  (a short last batch is padded with copies, so one program serves all) and score it.
+
+  `group_by(problem)` (e.g. the reference solution's length) orders the problems before they
+  are cut into batches, so that a batch holds similar lengths and a decoder that stops once every
+  row has its EOS stops sooner; the Result keeps the given order. Rows are decoded independently,
+  so answers do not depend on it."""
   if not problems:
     raise ValueError("solve needs at least one problem")
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  if group_by is not None:
+    order = sorted(range(len(problems)), key=lambda i: group_by(problems[i]))
+    result = solve(decode, tokenizer, [problems[i] for i in order], batch_size, extract)
+    back = np.argsort(order)
+    return Result(list(problems), [result.completions[i] for i in back],
+                  [result.correct[i] for i in back], result.lengths[back], result.forwards[back],
+                  result.seconds)
   prompts = [tokenizer.encode(p.prompt) for p in problems]
   batches = [prompts[i: i + batch_size] for i in range(0, len(prompts), batch_size)]
   full = lambda b: b + [b[-1]] * (batch_size - len(b)) if len(prompts) > batch_size else b

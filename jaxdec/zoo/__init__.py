@@ -1,4 +1,5 @@
-"""The tiny zoo: small models trained by jaxdec on the CPython stdlib, shipped as HF directories."""
+"""The tiny zoo: small models trained by jaxdec (on the CPython stdlib and on gsm-synth), shipped as
+HF directories."""
 
 from __future__ import annotations
 

@@ -56,6 +56,23 @@ def test_solve_scores_exact_answers_and_groups_them(tokenizer):
     assert (accuracy, n) == (np.mean(members), len(members))
 
 
+def test_solve_grouped_by_length_batches_similar_problems_and_keeps_the_order(tokenizer):
+  problems = gsm_synth.problems("test", 9, seed=2)
+  decode, _ = _oracle(tokenizer, problems, wrong={1, 6})
+  plain = evaluate.solve(decode, tokenizer, problems, batch_size=3)
+  seen = []
+  recording = lambda prompts: (seen.append(decode(prompts).lengths.tolist()), decode(prompts))[1]
+  grouped = evaluate.solve(recording, tokenizer, problems, batch_size=3,
+                           group_by=lambda p: len(p.solution))
+  assert grouped.problems == problems and grouped.correct == plain.correct
+  assert grouped.completions == plain.completions
+  np.testing.assert_array_equal(grouped.lengths, plain.lengths)
+  np.testing.assert_array_equal(grouped.forwards, plain.forwards)
+  batches = seen[1:]  # After the compile pass: shortest solutions first.
+  assert max(batches[0]) <= min(batches[1]) and max(batches[1]) <= min(batches[2])
+  assert plain.lengths.tolist() != sorted(plain.lengths.tolist())  # Grouping changed the order.
+
+
 def test_solve_rejects_bad_arguments(tokenizer):
   decode, _ = _oracle(tokenizer, [])
   with pytest.raises(ValueError, match="at least one problem"):

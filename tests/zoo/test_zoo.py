@@ -84,7 +84,9 @@ def test_metadata_records_the_recipe():
   for name in zoo.available():
     meta = zoo.metadata(zoo.resolve(name))
     assert meta["name"] == name and meta["steps"] > 0 and meta["tokens_seen"] > 0
-    assert meta["eval"]["stdlib_validation"]["bits_per_byte"] > 0
+    assert meta["eval"] and all(e["bits_per_byte"] > 0 for e in meta["eval"].values())
+    if name.startswith("pycode-"):
+      assert "stdlib_validation" in meta["eval"]
 
 
 @pytest.mark.parametrize("name", ZOO)
@@ -138,6 +140,6 @@ def test_greedy_speculative_equals_greedy_ar_on_the_zoo(target, draft, prompts, 
 def test_demo_runs(capsys):
   from jaxdec import demo
 
-  rows = demo.run(num_prompts=2, new_tokens=16, show=1)
+  rows = demo.run(num_prompts=2, new_tokens=16, show=1, gsm=False)  # gsm: test_gsm_zoo.py
   assert {r["method"] for r in rows} >= {"greedy AR (pycode-ar)"} and all(r["tokens"] > 0 for r in rows)
   assert "held-out prompt 0" in capsys.readouterr().out

@@ -6,6 +6,12 @@ the loss is on the solution only, whose EOS is repeated to the end of its last 3
 Half the rows also keep a random-length prefix clean (`prefix_fraction=0.5`): the shape
 semi-autoregressive decoding sees, a question and answer so far before a masked rest.
 A step costs what a gsm-ar step does.
+
+Measured (1300 steps, 53 min alone): it does not solve problems yet. Validation ELBO 0.99 -> 0.46
+nats per solution token, still falling; with 10% / 50% / 90% of a test solution masked, 95% /
+83% / 23% of the masked tokens are predicted right (gsm-ar predicts 99.9% of tokens from their
+prefix), and decoding (LLaDA one token per step, or threshold 0.9 + dual cache) copies the
+question's numbers wrongly and loops on one digit. Not shipped.
 """
 
 import dataclasses
