@@ -90,12 +90,19 @@ class MaskedDiffusion:
     return jnp.where(masked, mask_id, tokens), masked, p_mask
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
-    """(f32[B]: sum over masked positions of CE / p_mask per sequence, masked, logits)."""
+    """(f32[B]: sum over masked positions of CE / p_mask per sequence, masked, logits aligned
+    with the tokens they predict). A shifted (Dream) config predicts token i at output i - 1,
+    which keeps an AR initialisation's next-token head in use."""
     if config.mask_token_id is None or config.is_causal:
       raise ValueError("masked diffusion needs a bidirectional config with mask_token_id set, got "
                        f"causal={config.is_causal}, mask_token_id={config.mask_token_id}")
+    if config.shifted_logits:  # Dream: the output at i - 1 predicts token i; 0 has none.
+      first = jnp.arange(tokens.shape[1])[None, :] > 0
+      scored = first if scored is None else scored & first
     noisy, masked, p_mask = self.corrupt(tokens, key, config.mask_token_id, t, scored)
     logits, _, _ = forward(params, noisy, _positions(noisy), config=config)
+    if config.shifted_logits:
+      logits = jnp.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll, 0.0), axis=1) / p_mask, masked, logits
 

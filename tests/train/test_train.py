@@ -3,6 +3,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxdec.model import Bidirectional, Model, ModelConfig
@@ -82,6 +83,24 @@ def test_masked_diffusion_objective_weights_by_inverse_ratio():
   np.testing.assert_allclose(loss, per_seq.sum() / tokens.size, rtol=1e-6)
   with pytest.raises(ValueError, match="bidirectional config with mask_token_id"):
     objective.loss(params, tokens, jax.random.key(1), part=FullModel(_config().model))
+
+
+def test_a_shifted_dream_config_scores_token_i_with_output_i_minus_1():
+  """Dream's layout: masked token i is predicted by the output at i - 1, and position 0 (no output
+  before it) is never masked."""
+  from jaxdec.model import forward, init_params
+
+  cfg = _config(attention=Bidirectional(), mask_token_id=3, shifted_logits=True).model
+  params = init_params(cfg, jax.random.key(0), std=0.3)
+  tokens = jnp.asarray(np.random.RandomState(4).randint(4, VOCAB, (4, 32)), jnp.int32)
+  objective, ones = MaskedDiffusion(), jnp.ones((4,))
+  per_seq, masked, _ = objective.weighted_nll(params, tokens, jax.random.key(2), cfg, t=ones)
+  assert not bool(masked[:, 0].any()) and bool(masked[:, 1:].all())
+  noisy = jnp.where(masked, 3, tokens)
+  logits = forward(params, noisy, jnp.broadcast_to(jnp.arange(32), (4, 32)), config=cfg)[0]
+  p_mask = (1 - objective.eps) + objective.eps
+  expected = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:])
+  np.testing.assert_allclose(per_seq, expected.sum(1) / p_mask, rtol=1e-5)
 
 
 def test_prefix_fraction_keeps_a_clean_prompt_shaped_prefix():
