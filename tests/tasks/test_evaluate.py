@@ -61,7 +61,12 @@ def test_solve_grouped_by_length_batches_similar_problems_and_keeps_the_order(to
   decode, _ = _oracle(tokenizer, problems, wrong={1, 6})
   plain = evaluate.solve(decode, tokenizer, problems, batch_size=3)
   seen = []
-  recording = lambda prompts: (seen.append(decode(prompts).lengths.tolist()), decode(prompts))[1]
+
+  def recording(prompts):
+    out = decode(prompts)
+    seen.append(out.lengths.tolist())
+    return out
+
   grouped = evaluate.solve(recording, tokenizer, problems, batch_size=3,
                            group_by=lambda p: len(p.solution))
   assert grouped.problems == problems and grouped.correct == plain.correct

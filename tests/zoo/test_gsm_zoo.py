@@ -79,7 +79,7 @@ def test_gsm_draft_speculation_is_lossless_and_accepts_drafts(ar, tokenizer, pro
   assert float(np.mean(out.stats["acceptance_length"])) > 2.0
 
 
-def test_demo_gsm_section_solves_a_problem_both_ways(capsys):
+def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
   from jaxdec import demo
 
   rows = demo.gsm_section(0)
