@@ -25,7 +25,8 @@ import numpy as np
 
 import jaxdec
 from jaxdec.bench.common import Timer, check_plot, report
-from jaxdec.diffusion import (DualCache, Factor, FixedSteps, Frechet, PrefixCache, Threshold)
+from jaxdec.diffusion import (DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
+                              Persistence, PrefixCache, Threshold)
 from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
@@ -53,6 +54,10 @@ def configs() -> list[Config]:
       Config("threshold 0.9 + dual", Threshold(0.9), DualCache(), full),
       Config("factor 1.0 + dual", Factor(1.0), DualCache(), full),
       Config("frechet 0.25 + dual", Frechet(0.25), DualCache(), full),
+      Config("CAI 0.9", FirstStepConfidence(0.9), None, full),
+      Config("CAI 0.9 + dual", FirstStepConfidence(0.9), DualCache(), full),
+      Config("CORA 0.9 x2", Persistence(0.9, 2), None, full),
+      Config("CORA 0.9 x2 + dual", Persistence(0.9, 2), DualCache(), full),
   ]
 
 

@@ -5,9 +5,11 @@ schedulers implement `Scheduler` (schedulers.py; one file per family), caches im
 `DiffusionCache` (caches.py), confidence measures implement `Confidence` (confidence.py).
 """
 
+from jaxdec.diffusion.cai import FirstStepConfidence
 from jaxdec.diffusion.caches import CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache
 from jaxdec.diffusion.confidence import (Confidence, Margin, NegEntropy, Probability,
                                          RandomConfidence)
+from jaxdec.diffusion.cora import Persistence
 from jaxdec.diffusion.dream import Dream
 from jaxdec.diffusion.fast_dllm import Factor, Frechet, Threshold
 from jaxdec.diffusion.llada import FixedSteps
@@ -19,5 +21,6 @@ from jaxdec.diffusion.schedulers import (Decision, Ranked, Scheduler, StepView, 
 __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "Scheduler", "StepView", "Decision", "Ranked", "rank_confidence", "commit", "filled", "top",
            "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet",
+           "FirstStepConfidence", "Persistence",
            "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache",
            "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "EosFlags"]

@@ -169,6 +169,17 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
   return step_view, lookaheads
 
 
+def _held(advance: jax.Array, new, old):
+  """The scheduler's next state, with rows that did not advance this step (a cache held them
+  back) keeping their old one: their step did not happen. State leaves lead with the batch."""
+  def pick(n, o):
+    if jnp.ndim(n) < 1 or jnp.shape(n)[0] != advance.shape[0]:
+      raise ValueError(f"a scheduler's state leaves must lead with the batch axis "
+                       f"({advance.shape[0]}), got one of shape {jnp.shape(n)}")
+    return jnp.where(advance.reshape(advance.shape + (1,) * (jnp.ndim(n) - 1)), n, o)
+  return jax.tree.map(pick, new, old)
+
+
 def _step(c: _Setting, s: _State) -> _State:
   batch, width = s.x.shape
   rows = jnp.arange(batch, dtype=jnp.int32)
@@ -187,6 +198,7 @@ def _step(c: _Setting, s: _State) -> _State:
   decision, scheduler = c.scheduler.step(s.scheduler, step_view)
   check_returned(c.scheduler, "step", tokens=(decision.tokens, (batch, c.window)),
                  finished=(decision.finished, (batch,)))
+  scheduler = _held(advance, scheduler, s.scheduler)
   # Only advancing rows change (a cache may hold rows back for one forward while it refreshes
   # others: that keeps a batch equal to one-by-one runs, see caches.py); a decision may only
   # touch the window's real positions.

@@ -94,7 +94,8 @@ class Scheduler(Protocol):
     """Raise ValueError on bad concrete hyper-parameters (called by the API on the host)."""
 
   def init(self, batch: int, window: int) -> Any:
-    """The scheduler's state for a batch (default: none)."""
+    """The scheduler's state for a batch (default: none): a pytree whose leaves lead with the
+    batch axis; a row that does not advance at a step (a cache held it back) keeps its state."""
     return ()
 
   @abc.abstractmethod

@@ -7,7 +7,8 @@ import pytest
 
 import jaxdec
 from jaxdec import api
-from jaxdec.diffusion import (Dream, DualCache, Factor, FixedSteps, Frechet, PrefixCache,
+from jaxdec.diffusion import (Dream, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
+                              Persistence, PrefixCache,
                               Probability, RandomConfidence, Threshold)
 from jaxdec.model import Bidirectional
 from tiny import tiny_model
@@ -59,16 +60,29 @@ def test_caches_are_approximate_on_deeper_models(model, cache):
 @pytest.mark.parametrize("scheduler, cache", [
     (FixedSteps(), None), (Threshold(0.5), None), (Factor(1.0), None), (Frechet(0.25), None),
     (Dream(Probability()), None), (Threshold(0.5), PrefixCache()), (Threshold(0.5), DualCache()),
-    (FixedSteps(), DualCache())])
+    (FixedSteps(), DualCache()), (FirstStepConfidence(0.5), DualCache())])
 def test_ragged_batch_equals_one_by_one(model, scheduler, cache):
+  paced = isinstance(scheduler, (Threshold, Factor, Frechet, FirstStepConfidence))
+  _assert_batch_equals_one_by_one(model, scheduler, cache, steps=8, paced=paced)
+
+
+@pytest.mark.parametrize("cache", [None, DualCache()])
+def test_a_row_held_back_by_the_cache_keeps_its_scheduler_state(model, cache):
+  """Persistence counts forwards per position; while a dual cache refreshes for a row starting a
+  block, the other rows wait a step, and that step must not count in their state."""
+  _assert_batch_equals_one_by_one(model, Persistence(0.3, 2), cache, steps=16, paced=True)
+
+
+def _assert_batch_equals_one_by_one(model, scheduler, cache, steps, paced):
+  """`paced`: rows also progress at their own pace (their forward counts differ)."""
   prompts = _prompts(2)
-  kw = dict(gen_length=16, block_length=8, steps=8, scheduler=scheduler, cache=cache)
+  kw = dict(gen_length=16, block_length=8, steps=steps, scheduler=scheduler, cache=cache)
   batch = jaxdec.diffusion_generate(model, prompts, **kw)
   for i, p in enumerate(prompts):
     alone = jaxdec.diffusion_generate(model, [p], **kw)
     np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0], err_msg=f"row {i}")
     assert int(batch.stats["nfe"][i]) == int(alone.stats["nfe"][0])
-  if isinstance(scheduler, (Threshold, Factor, Frechet)):  # Rows progress at their own pace.
+  if paced:
     assert len(set(batch.stats["nfe"].tolist())) > 1
 
 

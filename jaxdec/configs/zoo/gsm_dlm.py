@@ -27,7 +27,7 @@ BLOCK = 32  # The block length the zoo decodes gsm-synth with.
 SEQ_LEN = gsm_ar.MODEL.max_position_embeddings
 DATA = dataclasses.replace(gsm_ar.DATA, seq_len=SEQ_LEN, eos_block=BLOCK)
 MODEL = dataclasses.replace(gsm_ar.MODEL, attention=Bidirectional(), mask_token_id=3,
-                            architecture="llada")
+                            architecture="dream", shifted_logits=True)
 
 
 def get_config() -> TrainConfig:

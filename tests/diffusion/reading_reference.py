@@ -1,0 +1,74 @@
+"""Plain-numpy references of the training-free decoders that publish no code (CAI-DLLM,
+CORA-Diff), one row at a time with Python loops, written from our reading of their papers'
+abstracts as the jaxdec docstrings state it. Nothing here comes from jaxdec.diffusion; the
+conventions (float64 confidences, ties to the lower position) are dllm_reference's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dllm_reference import _canvas, num_transfer_tokens, softmax64, topk
+
+
+def _propose(logits_fn, x, lo, hi, mask_id):
+  """(raw argmax, confidence with -inf off the block's masks, the block's masks)."""
+  mask_index = x == mask_id
+  mask_index[hi:] = False
+  mask_index[:lo] = False
+  logits = logits_fn(x)
+  x0 = np.argmax(logits, axis=-1)
+  p = softmax64(logits)[np.arange(len(x)), x0]
+  return x0, np.where(mask_index, p, -np.inf), mask_index
+
+
+def cai_generate(logits_fn, prompt, gen_length, block_length, steps, *, mask_id, easy, budget):
+  """CAI-DLLM: the block's first forward commits its top token and every token with confidence
+  >= easy; its h hard tokens then get ceil(budget * per_block / masks * h) forwards of LLaDA
+  quotas. Returns (tokens, nfe)."""
+  x = _canvas(prompt, gen_length, mask_id)
+  p_len, per_block, nfe = len(prompt), steps // (gen_length // block_length), 0
+  for b in range(gen_length // block_length):
+    lo, hi = p_len + b * block_length, p_len + (b + 1) * block_length
+    x0, conf, mask_index = _propose(logits_fn, x, lo, hi, mask_id)
+    nfe += 1
+    masks = int(mask_index.sum())
+    order = topk(conf, masks)
+    chosen = [order[0]] + [j for j in order[1:] if conf[j] >= easy]
+    x[chosen] = x0[chosen]
+    hard = masks - len(chosen)
+    if hard == 0:
+      continue
+    rate = np.float32(per_block) / np.float32(masks)
+    forwards = int(np.ceil(np.float32(budget) * rate * np.float32(hard)))
+    for quota in num_transfer_tokens(hard, min(max(forwards, 1), hard)):
+      x0, conf, _ = _propose(logits_fn, x, lo, hi, mask_id)
+      nfe += 1
+      chosen = topk(conf, int(quota))
+      x[chosen] = x0[chosen]
+  return x[p_len:], nfe
+
+
+def cora_generate(logits_fn, prompt, gen_length, block_length, steps, *, mask_id, tau,
+                  persistence):
+  """CORA-Diff: LLaDA's quotas, plus every masked position with confidence >= tau whose argmax
+  has been the same for the last `persistence` forwards of the block; the block ends when it
+  has no mask left or after LLaDA's per-block steps. Returns (tokens, nfe)."""
+  x = _canvas(prompt, gen_length, mask_id)
+  p_len, per_block, nfe = len(prompt), steps // (gen_length // block_length), 0
+  for b in range(gen_length // block_length):
+    lo, hi = p_len + b * block_length, p_len + (b + 1) * block_length
+    quotas = num_transfer_tokens(int((x[lo:hi] == mask_id).sum()), per_block)
+    previous, run = None, np.zeros(len(x), np.int64)
+    for i in range(per_block):
+      x0, conf, mask_index = _propose(logits_fn, x, lo, hi, mask_id)
+      nfe += 1
+      run = np.where(x0 == previous, run + 1, 1) if previous is not None else np.ones(len(x), np.int64)
+      previous = x0
+      chosen = np.zeros(len(x), bool)
+      chosen[topk(conf, int(quotas[i]))] = True
+      chosen |= mask_index & (conf >= tau) & (run >= persistence)
+      chosen &= mask_index
+      x[chosen] = x0[chosen]
+      if not (x[lo:hi] == mask_id).any():
+        break
+  return x[p_len:], nfe

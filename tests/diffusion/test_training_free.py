@@ -1,0 +1,78 @@
+"""The training-free decoders built from papers' abstracts (CAI-DLLM, CORA-Diff): token for
+token against plain-numpy references of our reading (reading_reference.py) on the hand-built
+table model, their limits equal to their base rules, fewer forwards than the base rule, and
+errors on bad hyper-parameters."""
+
+import numpy as np
+import pytest
+
+import jaxdec
+import reading_reference as ref
+from jaxdec.diffusion import FirstStepConfidence, FixedSteps, Persistence
+from test_diffusion_api import dlm
+from test_diffusion_reference import MASK, prompts, run, table_model
+
+# (gen_length, block_length, steps): one block, semi-AR blocks, fewer steps than masks.
+CASES = [(16, 16, 16), (16, 8, 16), (12, 4, 6)]
+
+
+@pytest.mark.parametrize("gen_length, block_length, steps", CASES)
+@pytest.mark.parametrize("easy, budget", [(0.5, 1.0), (0.7, 0.5), (0.9, 2.0), (0.0, 1.0)])
+def test_first_step_confidence_matches_reference(easy, budget, gen_length, block_length, steps):
+  model = table_model(8, peak=9.0)
+  ps = prompts(9)
+  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length, steps=steps,
+                    scheduler=FirstStepConfidence(easy, budget))
+  for i, p in enumerate(ps):
+    want, want_nfe = ref.cai_generate(model.numpy_logits, p, gen_length, block_length, steps,
+                                      mask_id=MASK, easy=easy, budget=budget)
+    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
+    assert nfe[i] == want_nfe, f"row {i}"
+
+
+@pytest.mark.parametrize("gen_length, block_length, steps", CASES)
+@pytest.mark.parametrize("tau, persistence", [(0.5, 2), (0.8, 3), (0.3, 1)])
+def test_persistence_matches_reference(tau, persistence, gen_length, block_length, steps):
+  model = table_model(8, peak=9.0)
+  ps = prompts(9)
+  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length, steps=steps,
+                    scheduler=Persistence(tau, persistence))
+  for i, p in enumerate(ps):
+    want, want_nfe = ref.cora_generate(model.numpy_logits, p, gen_length, block_length, steps,
+                                       mask_id=MASK, tau=tau, persistence=persistence)
+    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
+    assert nfe[i] == want_nfe, f"row {i}"
+
+
+@pytest.mark.parametrize("scheduler", [FirstStepConfidence(easy=1.0, budget=1.0),
+                                       Persistence(tau=1.0, persistence=1)])
+def test_with_nothing_easy_both_are_llada(scheduler):
+  """No confidence reaches 1 on the table model: CAI's first step commits only the top token and
+  its budget is one forward per remaining mask; CORA's gate never opens. Both are then LLaDA's
+  low-confidence sampler at steps = gen_length, forwards included."""
+  model = table_model(3)
+  kw = dict(gen_length=16, block_length=8, steps=16)
+  want, want_nfe = run(model, prompts(4), scheduler=FixedSteps(), **kw)
+  got, nfe = run(model, prompts(4), scheduler=scheduler, **kw)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(nfe, want_nfe)
+
+
+@pytest.mark.parametrize("scheduler", [FirstStepConfidence(0.7), Persistence(0.7, 2)])
+def test_both_save_forwards_over_llada_on_a_confident_model(scheduler):
+  model = table_model(8, peak=9.0)
+  _, nfe = run(model, prompts(9), gen_length=16, block_length=8, steps=16, scheduler=scheduler)
+  assert (nfe < 16).all(), nfe
+
+
+@pytest.mark.parametrize("scheduler, message", [
+    (FirstStepConfidence(easy=1.5), r"FirstStepConfidence.easy must be finite and in \[0.0, 1.0\]"),
+    (FirstStepConfidence(budget=0.0), r"FirstStepConfidence.budget must be finite and in \(0.0"),
+    (Persistence(tau=-0.1), r"Persistence.tau must be finite and in \[0.0, 1.0\]"),
+    (Persistence(persistence=0), r"Persistence.persistence must be finite and in \[1.0"),
+    (Persistence(tau=[0.5, 0.9, 0.1]), r"Persistence.tau must be a scalar or have shape \(1,\)"),
+])
+def test_bad_hyper_parameters_raise(scheduler, message):
+  with pytest.raises(ValueError, match=message):
+    jaxdec.diffusion_generate(dlm(), [[7, 8, 9]], gen_length=8, block_length=4, steps=8,
+                              scheduler=scheduler)
