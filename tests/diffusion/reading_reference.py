@@ -72,3 +72,67 @@ def cora_generate(logits_fn, prompt, gen_length, block_length, steps, *, mask_id
       if not (x[lo:hi] == mask_id).any():
         break
   return x[p_len:], nfe
+
+
+def said_stages(block_length, num_stages):
+  """SAID-block's `said_stage_partition`: K sorted offset lists, generated first to last."""
+  rest, stack = set(range(block_length)), []
+  for k in range(1, num_stages):
+    stage = {p for p in rest if p % 2 ** k == 2 ** (k - 1)}
+    stack.append(sorted(stage))
+    rest -= stage
+  stack.append(sorted(rest))
+  return stack[::-1]
+
+
+def said_stage_steps(num_stages, per_block, rec_steps):
+  """SAID-block's `compute_stage_steps`, but a lone generation stage gets at least one forward
+  (upstream gives it none when steps per block <= rec_steps, leaving its masks undecoded)."""
+  if num_stages == 1:
+    return [per_block]
+  budget, n = per_block - rec_steps, num_stages - 1
+  if n == 1:
+    return [max(budget, 1), rec_steps]  # Upstream: budget (a stage of 0 steps is skipped).
+  s_min = max(1, budget // (n * 2))
+  s_max = max(s_min, (2 * budget) // n - s_min)
+  steps = np.maximum(np.round(np.linspace(s_max, s_min, n)).astype(int), 1)
+  diff = budget - steps.sum()
+  for i in range(abs(diff)):
+    steps[i % n] += 1 if diff > 0 else -1
+  return np.maximum(steps, 1).tolist() + [rec_steps]
+
+
+def said_generate(logits_fn, prompt, gen_length, block_length, steps, *, mask_id, num_stages,
+                  rec_steps, chlg_steps=0, chlg_level=0.9):
+  """SAID-block's `generate_said` (stages and their LLaDA loops as upstream; an empty stage runs
+  no forward), plus our reading of CHLG: with chlg_steps > 0 the reconstruction stage commits
+  only the quota tokens with confidence >= chlg_level, and what it leaves gets up to chlg_steps
+  more LLaDA-quota forwards, stopping once the block is filled. Returns (tokens, nfe)."""
+  x = _canvas(prompt, gen_length, mask_id)
+  p_len, per_block, nfe = len(prompt), steps // (gen_length // block_length), 0
+  for b in range(gen_length // block_length):
+    lo, hi = p_len + b * block_length, p_len + (b + 1) * block_length
+    stages = said_stages(block_length, num_stages)
+    budgets = said_stage_steps(num_stages, per_block, rec_steps)
+    plan = list(zip(stages, budgets, [False] * (num_stages - 1) + [chlg_steps > 0]))
+    if chlg_steps:
+      plan.append((stages[-1], chlg_steps, False))
+    for index, (offsets, stage_budget, gated) in enumerate(plan):
+      if not offsets:
+        continue
+      in_stage = np.zeros(len(x), bool)
+      in_stage[[lo + o for o in offsets]] = True
+      quotas = num_transfer_tokens(int(((x == mask_id) & in_stage).sum()), stage_budget)
+      for quota in quotas:
+        if index == num_stages and not (x[lo:hi] == mask_id).any():
+          break  # CHLG's extra forwards only while low-confidence tokens remain.
+        x0, conf, mask_index = _propose(logits_fn, x, lo, hi, mask_id)
+        nfe += 1
+        conf = np.where(in_stage, conf, -np.inf)
+        chosen = np.zeros(len(x), bool)
+        chosen[topk(conf, int(quota))] = True
+        chosen &= mask_index & in_stage
+        if gated:
+          chosen &= conf >= chlg_level
+        x[chosen] = x0[chosen]
+  return x[p_len:], nfe

@@ -1,14 +1,16 @@
-"""The training-free decoders built from papers' abstracts (CAI-DLLM, CORA-Diff): token for
-token against plain-numpy references of our reading (reading_reference.py) on the hand-built
+"""The training-free decoders built from papers (CAI-DLLM, CORA-Diff, SAID): token for token
+against plain-numpy references of our reading and of SAID's released code (reading_reference.py) on the hand-built
 table model, their limits equal to their base rules, fewer forwards than the base rule, and
 errors on bad hyper-parameters."""
 
+import jax
 import numpy as np
 import pytest
 
 import jaxdec
 import reading_reference as ref
-from jaxdec.diffusion import FirstStepConfidence, FixedSteps, Persistence
+from jaxdec.diffusion import FirstStepConfidence, FixedSteps, Persistence, Scaffold
+from jaxdec.diffusion.said import stage_of_offsets, stage_steps
 from test_diffusion_api import dlm
 from test_diffusion_reference import MASK, prompts, run, table_model
 
@@ -76,3 +78,56 @@ def test_bad_hyper_parameters_raise(scheduler, message):
   with pytest.raises(ValueError, match=message):
     jaxdec.diffusion_generate(dlm(), [[7, 8, 9]], gen_length=8, block_length=4, steps=8,
                               scheduler=scheduler)
+
+
+@pytest.mark.parametrize("num_stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("per_block", [2, 5, 8, 12, 16, 33])
+def test_said_stage_steps_match_upstream(num_stages, per_block):
+  got = jax.jit(stage_steps, static_argnums=(0, 2))(num_stages, np.int32(per_block), 2)
+  np.testing.assert_array_equal(got, ref.said_stage_steps(num_stages, per_block, 2))
+
+
+def test_said_stages_are_the_checkerboard_hierarchy():
+  for block_length in (1, 2, 5, 8, 32):
+    for num_stages in (1, 2, 3, 4):
+      offsets = stage_of_offsets(block_length, num_stages)
+      for s, want in enumerate(ref.said_stages(block_length, num_stages)):
+        assert np.flatnonzero(offsets == s).tolist() == want
+
+
+@pytest.mark.parametrize("gen_length, block_length, steps", [(16, 16, 12), (16, 8, 8), (16, 8, 16),
+                                                             (12, 4, 6), (8, 2, 8)])
+@pytest.mark.parametrize("num_stages, rec_steps, chlg_steps", [(3, 2, 0), (2, 1, 0), (4, 1, 0),
+                                                               (3, 1, 2), (2, 2, 3)])
+def test_scaffold_matches_reference(num_stages, rec_steps, chlg_steps, gen_length, block_length,
+                                    steps):
+  model = table_model(8, peak=9.0)
+  ps = prompts(9)
+  scheduler = Scaffold(num_stages, rec_steps, chlg_steps, chlg_level=0.6)
+  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length, steps=steps,
+                    scheduler=scheduler)
+  for i, p in enumerate(ps):
+    want, want_nfe = ref.said_generate(model.numpy_logits, p, gen_length, block_length, steps,
+                                       mask_id=MASK, num_stages=num_stages, rec_steps=rec_steps,
+                                       chlg_steps=chlg_steps, chlg_level=0.6)
+    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
+    assert nfe[i] == want_nfe, f"row {i}"
+
+
+def test_one_scaffold_stage_is_llada():
+  model = table_model(3)
+  kw = dict(gen_length=16, block_length=8, steps=8)
+  want, want_nfe = run(model, prompts(4), scheduler=FixedSteps(), **kw)
+  got, nfe = run(model, prompts(4), scheduler=Scaffold(num_stages=1), **kw)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(nfe, want_nfe)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_stages=0), "Scaffold.num_stages must be an int >= 1, got 0"),
+    (dict(rec_steps=1.5), "Scaffold.rec_steps must be an int >= 1, got 1.5"),
+    (dict(chlg_steps=-1), "Scaffold.chlg_steps must be an int >= 0, got -1"),
+])
+def test_bad_scaffold_settings_raise(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    Scaffold(**kwargs)
