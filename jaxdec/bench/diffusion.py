@@ -26,7 +26,7 @@ import numpy as np
 import jaxdec
 from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.diffusion import (DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
-                              Persistence, PrefixCache, Scaffold, Threshold)
+                              Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
 from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
@@ -58,6 +58,8 @@ def configs() -> list[Config]:
       Config("CAI 0.9 + dual", FirstStepConfidence(0.9), DualCache(), full),
       Config("CORA 0.9 x2", Persistence(0.9, 2), None, full),
       Config("CORA 0.9 x2 + dual", Persistence(0.9, 2), DualCache(), full),
+      Config("RPS 0.9", RipplePivot(0.9), None, full),
+      Config("RPS 0.9 + dual", RipplePivot(0.9), DualCache(), full),
       Config("SAID steps=G/4", Scaffold(), None, lambda g: g // 4),
       Config("SAID steps=G/4 + CHLG 0.9 + dual", Scaffold(chlg_steps=4), DualCache(),
              lambda g: g // 4),

@@ -15,6 +15,7 @@ from jaxdec.diffusion.fast_dllm import Factor, Frechet, Threshold
 from jaxdec.diffusion.llada import FixedSteps
 from jaxdec.diffusion.proposals import EosFlags
 from jaxdec.diffusion.sampler import Denoiser, ModelDenoiser, denoise, diffusion_generate
+from jaxdec.diffusion.rps import RipplePivot
 from jaxdec.diffusion.said import Scaffold
 from jaxdec.diffusion.schedulers import (Decision, Ranked, Scheduler, StepView, commit, filled,
                                          rank_confidence, top, transfer_count)
@@ -23,5 +24,6 @@ __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "Scheduler", "StepView", "Decision", "Ranked", "rank_confidence", "commit", "filled", "top",
            "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet",
            "FirstStepConfidence", "Persistence", "Scaffold",
+           "RipplePivot",
            "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache",
            "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "EosFlags"]

@@ -156,10 +156,15 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
   masked = jnp.sum(candidates, axis=1, dtype=jnp.int32)
   lookaheads = []
 
-  def lookahead(window_tokens):
-    lookaheads.append(None)  # Counted at trace time: one forward per call.
+  def one(window_tokens):
     x = s.x.at[rows[:, None], jnp.where(inside, place, s.x.shape[1])].set(window_tokens, mode="drop")
     return c.cache.logits(s.cache, c.denoiser, view.replace(x=x))[0]
+
+  def lookahead(window_tokens):
+    lookaheads.append(None)  # Counted at trace time: one (batched) forward per call.
+    if window_tokens.ndim == 3:  # [B, H, N]: H hypotheses per row, run as one batched forward.
+      return jax.vmap(one, in_axes=1, out_axes=1)(window_tokens)
+    return one(window_tokens)
 
   step_view = StepView(
       tokens=tokens, candidates=candidates, x0=x0, ranked=rank_confidence(conf, candidates),

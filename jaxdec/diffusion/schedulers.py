@@ -56,7 +56,9 @@ class StepView:
   block_masks i32[B]: candidates when the block started; masked i32[B]: candidates now;
   block i32[B]: the current block's index; mask_id: the [MASK] id;
   lookahead(tokens i32[B, N]) -> logits f32[B, N, V]: one more forward with the window set to
-  `tokens` (costs one forward per advancing row; call it unconditionally, not under lax.cond).
+  `tokens` (costs one forward per advancing row; call it unconditionally, not under lax.cond);
+  tokens i32[B, H, N] -> f32[B, H, N, V] runs H hypotheses per row as one batched forward
+  (counted as one).
   """
 
   tokens: jax.Array

@@ -136,3 +136,58 @@ def said_generate(logits_fn, prompt, gen_length, block_length, steps, *, mask_id
           chosen &= conf >= chlg_level
         x[chosen] = x0[chosen]
   return x[p_len:], nfe
+
+
+def entropy64(logits):
+  p = softmax64(logits)
+  return -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)
+
+
+def rps_generate(logits_fn, prompt, gen_length, block_length, *, mask_id, tau, low, high, pivots,
+                 assignments, ripple):
+  """Ripple-Pivot Search on a threshold base rule, one step at a time: threshold commits; the
+  `pivots` lowest-entropy uncommitted masks with entropy in [low, high], each with its top
+  `assignments` tokens, are tried by lookahead; the hypothesis leaving the least summed entropy
+  wins (first on ties); with `ripple`, threshold commits again on its lookahead. Two forwards a
+  step. Returns (tokens, nfe)."""
+  x = _canvas(prompt, gen_length, mask_id)
+  p_len, nfe = len(prompt), 0
+  for b in range(gen_length // block_length):
+    lo, hi = p_len + b * block_length, p_len + (b + 1) * block_length
+    while (x[lo:hi] == mask_id).any():
+      logits = logits_fn(x)
+      nfe += 2
+      masked = np.zeros(len(x), bool)
+      masked[lo:hi] = x[lo:hi] == mask_id
+      pick = logits.copy()
+      pick[:, mask_id] = -np.inf
+      x0 = np.argmax(pick, -1)
+      conf = np.where(masked, softmax64(logits)[np.arange(len(x)), x0], -np.inf)
+      order = topk(conf, int(masked.sum()))
+      base = np.zeros(len(x), bool)
+      base[order[0]] = True
+      base |= masked & (conf >= tau)
+      x[base] = x0[base]
+      left = masked & ~base
+      h = entropy64(logits)
+      band = [j for j in np.argsort(h, kind="stable") if left[j] and low <= h[j] <= high][:pivots]
+      trials = [(j, int(t)) for j in band for t in np.argsort(-pick[j], kind="stable")[:assignments]]
+      if not trials:
+        trials, chosen = [(None, None)], 0
+      scores = []
+      for j, t in trials:
+        y = x.copy()
+        rest = left.copy()
+        if j is not None:
+          y[j], rest[j] = t, False
+        scores.append((entropy64(logits_fn(y))[rest].sum(), y, rest))
+      _, y, rest = min(scores, key=lambda s: s[0])  # min keeps the first of equal scores
+      x = y
+      if ripple:
+        ahead = logits_fn(x)
+        pick = ahead.copy()
+        pick[:, mask_id] = -np.inf
+        x0 = np.argmax(pick, -1)
+        sure = rest & (softmax64(ahead)[np.arange(len(x)), x0] >= tau)
+        x[sure] = x0[sure]
+  return x[p_len:], nfe

@@ -1,4 +1,4 @@
-"""The training-free decoders built from papers (CAI-DLLM, CORA-Diff, SAID): token for token
+"""The training-free decoders built from papers (CAI-DLLM, CORA-Diff, SAID, RPS): token for token
 against plain-numpy references of our reading and of SAID's released code (reading_reference.py) on the hand-built
 table model, their limits equal to their base rules, fewer forwards than the base rule, and
 errors on bad hyper-parameters."""
@@ -9,7 +9,8 @@ import pytest
 
 import jaxdec
 import reading_reference as ref
-from jaxdec.diffusion import FirstStepConfidence, FixedSteps, Persistence, Scaffold
+from jaxdec.diffusion import (FirstStepConfidence, FixedSteps, Persistence, RipplePivot, Scaffold,
+                              Threshold)
 from jaxdec.diffusion.said import stage_of_offsets, stage_steps
 from test_diffusion_api import dlm
 from test_diffusion_reference import MASK, prompts, run, table_model
@@ -131,3 +132,56 @@ def test_one_scaffold_stage_is_llada():
 def test_bad_scaffold_settings_raise(kwargs, message):
   with pytest.raises(ValueError, match=message):
     Scaffold(**kwargs)
+
+
+@pytest.mark.parametrize("gen_length, block_length", [(16, 16), (16, 8), (12, 4)])
+@pytest.mark.parametrize("tau, low, high, pivots, assignments, ripple", [
+    (0.9, 0.1, 2.0, 2, 2, True), (0.7, 0.0, 3.0, 3, 1, False), (0.95, 0.5, 1.5, 1, 3, True)])
+def test_ripple_pivot_matches_reference(tau, low, high, pivots, assignments, ripple, gen_length,
+                                        block_length):
+  model = table_model(8, peak=9.0)
+  ps = prompts(9)
+  scheduler = RipplePivot(tau, low, high, pivots, assignments, ripple)
+  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length,
+                    scheduler=scheduler)
+  for i, p in enumerate(ps):
+    want, want_nfe = ref.rps_generate(model.numpy_logits, p, gen_length, block_length,
+                                      mask_id=MASK, tau=tau, low=low, high=high, pivots=pivots,
+                                      assignments=assignments, ripple=ripple)
+    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
+    assert nfe[i] == want_nfe, f"row {i}"
+
+
+def test_ripple_pivot_without_pivots_or_ripple_is_threshold_at_twice_the_forwards():
+  """An empty band and no ripple: the lookahead changes nothing and still counts as a forward."""
+  model = table_model(8, peak=9.0)
+  kw = dict(gen_length=16, block_length=8)
+  want, want_nfe = run(model, prompts(9), scheduler=Threshold(0.8), **kw)
+  got, nfe = run(model, prompts(9), scheduler=RipplePivot(0.8, 50.0, 50.0, ripple=False), **kw)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(nfe, 2 * want_nfe)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(pivots=0), ValueError, "RipplePivot.pivots must be an int >= 1, got 0"),
+    (dict(assignments=2.0), ValueError, "RipplePivot.assignments must be an int >= 1, got 2.0"),
+])
+def test_bad_ripple_pivot_settings_raise(kwargs, error, message):
+  with pytest.raises(error, match=message):
+    RipplePivot(**kwargs)
+
+
+def test_ripple_pivot_band_must_be_ordered():
+  with pytest.raises(ValueError, match="RipplePivot.low must be <= high"):
+    jaxdec.diffusion_generate(dlm(), [[7, 8, 9]], gen_length=8, block_length=4, steps=8,
+                              scheduler=RipplePivot(low=2.0, high=1.0))
+
+
+def test_ripple_pivots_commit_extra_tokens_each_step():
+  """Guards the reference test: on the table model the pivots do commit (fewer steps than the
+  threshold rule alone needs forwards)."""
+  model = table_model(8, peak=9.0)
+  kw = dict(gen_length=16, block_length=8)
+  _, alone = run(model, prompts(9), scheduler=Threshold(0.9), **kw)
+  _, nfe = run(model, prompts(9), scheduler=RipplePivot(0.9, 0.1, 2.0, ripple=False), **kw)
+  assert (nfe // 2 < alone).all(), (nfe, alone)
