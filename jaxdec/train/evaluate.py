@@ -56,15 +56,11 @@ def _ar_nll(params, tokens, valid, *, config: ModelConfig):
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def _dlm_nll(params, tokens, valid, key, t, *, config: ModelConfig):
-  """Sum over the batch of the 1/p-weighted masked CE at ratio t (padding never masked)."""
-  objective = MaskedDiffusion()
-  noisy, masked, p_mask = objective.corrupt(tokens, key, config.mask_token_id,
-                                            jnp.full((tokens.shape[0],), t))
-  masked &= valid
-  noisy = jnp.where(masked, config.mask_token_id, tokens)
-  logits, _, _ = forward(params, noisy, positions(*noisy.shape), config=config)
-  nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
-  return jnp.sum(jnp.where(masked, nll, 0.0) / p_mask[:, None])
+  """Sum over the batch of the 1/p-weighted masked CE at ratio t (padding never masked; a
+  shifted model's token i scored by output i - 1, its first token by none)."""
+  per_seq, _, _ = MaskedDiffusion().weighted_nll(params, tokens, key, config,
+                                                 t=jnp.full((tokens.shape[0],), t), scored=valid)
+  return jnp.sum(per_seq)
 
 
 def bits_per_byte(model: Model, tokenizer, texts: list[str], seq_len: int = 256, batch: int = 16,

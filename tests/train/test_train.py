@@ -117,6 +117,26 @@ def test_prefix_fraction_keeps_a_clean_prompt_shaped_prefix():
   assert len(set(prefix.tolist())) > 10
 
 
+def test_block_lays_out_the_semi_autoregressive_canvas():
+  """block=4: after each row's clean prefix, 4 positions masked at ratio t and scored, then
+  everything masked and unscored (what a sampler decoding one block sees)."""
+  tokens = jnp.asarray(np.random.RandomState(1).randint(4, VOCAB, (64, 32)), jnp.int32)
+  objective = MaskedDiffusion(prefix_fraction=1.0, block=4)
+  noisy, masked, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((64,)))
+  noisy, masked = np.asarray(noisy), np.asarray(masked)
+  prefix = (noisy != 3).sum(1)
+  where = np.arange(32)[None, :]
+  np.testing.assert_array_equal(noisy == 3, where >= prefix[:, None])
+  np.testing.assert_array_equal(masked, (where >= prefix[:, None]) & (where < prefix[:, None] + 4))
+  noisy, masked, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.5))
+  noisy, masked = np.asarray(noisy), np.asarray(masked)
+  inside = (where >= prefix[:, None]) & (where < prefix[:, None] + 4)
+  assert not masked[~inside].any() and 0.3 < masked[inside].mean() < 0.7
+  np.testing.assert_array_equal(noisy[~inside] == 3, (where >= prefix[:, None] + 4)[~inside])
+  with pytest.raises(ValueError, match="set prefix_fraction > 0"):
+    MaskedDiffusion(block=4)
+
+
 def test_bits_per_byte_scores_each_token_once(tokenizer):
   """Windows overlapping by one token score every token after BOS exactly once, each with the
   context inside its window: equal to one forward per window computed by hand."""

@@ -33,5 +33,5 @@ MODEL = dataclasses.replace(gsm_ar.MODEL, attention=Bidirectional(), mask_token_
 def get_config() -> TrainConfig:
   return dataclasses.replace(gsm_ar.get_config(), name="gsm-dlm", model=MODEL, data=DATA,
                              seq_len=SEQ_LEN,
-                             objective=MaskedDiffusion(prefix_fraction=0.5), steps=1300,
+                             objective=MaskedDiffusion(prefix_fraction=0.8, block=BLOCK), steps=1300,
                              learning_rate=1.5e-3, warmup_steps=100, init_from="zoo:gsm-ar")
