@@ -25,7 +25,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec.bench.common import Timer, check_plot, report
-from jaxdec.diffusion import (DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
+from jaxdec.diffusion import (AsyncLane, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
                               Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
 from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
@@ -61,6 +61,7 @@ def configs() -> list[Config]:
       Config("RPS 0.9", RipplePivot(0.9), None, full),
       Config("RPS 0.9 + dual", RipplePivot(0.9), DualCache(), full),
       Config("SAID steps=G/4", Scaffold(), None, lambda g: g // 4),
+      Config("AsyncLane 0.9, 2 lanes + dual", AsyncLane(0.9, stable=0.5), DualCache(), full),
       Config("SAID steps=G/4 + CHLG 0.9 + dual", Scaffold(chlg_steps=4), DualCache(),
              lambda g: g // 4),
   ]

@@ -6,6 +6,7 @@ schedulers implement `Scheduler` (schedulers.py; one file per family), caches im
 """
 
 from jaxdec.diffusion.cai import FirstStepConfidence
+from jaxdec.diffusion.async_lane import AsyncLane
 from jaxdec.diffusion.caches import CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache
 from jaxdec.diffusion.confidence import (Confidence, Margin, NegEntropy, Probability,
                                          RandomConfidence)
@@ -24,6 +25,6 @@ __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "Scheduler", "StepView", "Decision", "Ranked", "rank_confidence", "commit", "filled", "top",
            "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet",
            "FirstStepConfidence", "Persistence", "Scaffold",
-           "RipplePivot",
+           "RipplePivot", "AsyncLane",
            "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache",
            "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "EosFlags"]

@@ -191,3 +191,42 @@ def rps_generate(logits_fn, prompt, gen_length, block_length, *, mask_id, tau, l
         sure = rest & (softmax64(ahead)[np.arange(len(x)), x0] >= tau)
         x[sure] = x0[sure]
   return x[p_len:], nfe
+
+
+def async_lane_generate(logits_fn, prompt, gen_length, block_length, *, mask_id, tau, stable,
+                        lanes, delimiters):
+  """AsyncLane on a threshold rule: `lanes` blocks in flight; lane k + 1 opens when lane k is
+  open and holds a committed delimiter with all of lane k before it committed, or a committed
+  run from its start of >= stable * block_length; open lanes commit at confidence >= tau, lane 0
+  always its most confident mask; a block ends when lane 0 is filled (one forward per step).
+  Returns (tokens, nfe)."""
+  x = _canvas(prompt, gen_length, mask_id)
+  p_len, nfe, end = len(prompt), 0, len(prompt) + gen_length
+  for b in range(gen_length // block_length):
+    lo = p_len + b * block_length
+    while True:
+      logits = logits_fn(x)
+      nfe += 1
+      pick = logits.copy()
+      pick[:, mask_id] = -np.inf
+      x0 = np.argmax(pick, -1)
+      conf = softmax64(logits)[np.arange(len(x)), x0]
+      opened, chosen = True, np.zeros(len(x), bool)
+      for k in range(lanes):
+        a, z = lo + k * block_length, min(lo + (k + 1) * block_length, end)
+        if a >= end or not opened:
+          break
+        masked = np.zeros(len(x), bool)
+        masked[a:z] = x[a:z] == mask_id
+        chosen |= masked & (conf >= tau)
+        if k == 0 and masked.any():
+          chosen[topk(np.where(masked, conf, -np.inf), 1)[0]] = True
+        run = 0
+        while a + run < z and x[a + run] != mask_id:
+          run += 1
+        boundary = any(x[a + j] in delimiters for j in range(run))
+        opened = boundary or run >= stable * block_length
+      x[chosen] = x0[chosen]
+      if not (x[lo: lo + block_length] == mask_id).any():
+        break
+  return x[p_len:], nfe

@@ -7,7 +7,7 @@ import pytest
 
 import jaxdec
 from jaxdec import api
-from jaxdec.diffusion import (Dream, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
+from jaxdec.diffusion import (AsyncLane, Dream, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
                               Persistence, PrefixCache, RipplePivot, Scaffold,
                               Probability, RandomConfidence, Threshold)
 from jaxdec.model import Bidirectional
@@ -61,9 +61,11 @@ def test_caches_are_approximate_on_deeper_models(model, cache):
     (FixedSteps(), None), (Threshold(0.5), None), (Factor(1.0), None), (Frechet(0.25), None),
     (Dream(Probability()), None), (Threshold(0.5), PrefixCache()), (Threshold(0.5), DualCache()),
     (FixedSteps(), DualCache()), (FirstStepConfidence(0.5), DualCache()),
-    (Scaffold(chlg_steps=2, chlg_level=0.5), DualCache()), (RipplePivot(0.5), DualCache())])
+    (Scaffold(chlg_steps=2, chlg_level=0.5), DualCache()), (RipplePivot(0.5), DualCache()),
+    (AsyncLane(0.5, stable=0.25), DualCache())])
 def test_ragged_batch_equals_one_by_one(model, scheduler, cache):
-  paced = isinstance(scheduler, (Threshold, Factor, Frechet, FirstStepConfidence, RipplePivot))
+  paced = isinstance(scheduler, (Threshold, Factor, Frechet, FirstStepConfidence, RipplePivot,
+                                 AsyncLane))
   _assert_batch_equals_one_by_one(model, scheduler, cache, steps=8, paced=paced)
 
 

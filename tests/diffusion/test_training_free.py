@@ -1,4 +1,5 @@
-"""The training-free decoders built from papers (CAI-DLLM, CORA-Diff, SAID, RPS): token for token
+"""The training-free decoders built from papers (CAI-DLLM, CORA-Diff, SAID, RPS,
+AsyncLane): token for token
 against plain-numpy references of our reading and of SAID's released code (reading_reference.py) on the hand-built
 table model, their limits equal to their base rules, fewer forwards than the base rule, and
 errors on bad hyper-parameters."""
@@ -9,7 +10,7 @@ import pytest
 
 import jaxdec
 import reading_reference as ref
-from jaxdec.diffusion import (FirstStepConfidence, FixedSteps, Persistence, RipplePivot, Scaffold,
+from jaxdec.diffusion import (AsyncLane, FirstStepConfidence, FixedSteps, Persistence, RipplePivot, Scaffold,
                               Threshold)
 from jaxdec.diffusion.said import stage_of_offsets, stage_steps
 from test_diffusion_api import dlm
@@ -185,3 +186,49 @@ def test_ripple_pivots_commit_extra_tokens_each_step():
   _, alone = run(model, prompts(9), scheduler=Threshold(0.9), **kw)
   _, nfe = run(model, prompts(9), scheduler=RipplePivot(0.9, 0.1, 2.0, ripple=False), **kw)
   assert (nfe // 2 < alone).all(), (nfe, alone)
+
+
+@pytest.mark.parametrize("gen_length, block_length", [(16, 4), (24, 8), (12, 4)])
+@pytest.mark.parametrize("tau, stable, lanes, delimiters", [
+    (0.9, 0.5, 2, ()), (0.7, 2.0, 3, (5, 6, 7, 8, 9, 10, 11, 12)), (0.8, 0.25, 3, (9,))])
+def test_async_lane_matches_reference(tau, stable, lanes, delimiters, gen_length, block_length):
+  model = table_model(8, peak=9.0)
+  ps = prompts(9)
+  scheduler = AsyncLane(tau, stable, lanes, delimiters)
+  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length,
+                    scheduler=scheduler)
+  for i, p in enumerate(ps):
+    want, want_nfe = ref.async_lane_generate(model.numpy_logits, p, gen_length, block_length,
+                                             mask_id=MASK, tau=tau, stable=stable, lanes=lanes,
+                                             delimiters=delimiters)
+    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
+    assert nfe[i] == want_nfe, f"row {i}"
+
+
+@pytest.mark.parametrize("scheduler", [AsyncLane(0.8, lanes=1), AsyncLane(0.8, stable=2.0)])
+def test_async_lane_that_never_forks_is_threshold(scheduler):
+  model = table_model(8, peak=9.0)
+  kw = dict(gen_length=16, block_length=4)
+  want, want_nfe = run(model, prompts(9), scheduler=Threshold(0.8), **kw)
+  got, nfe = run(model, prompts(9), scheduler=scheduler, **kw)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(nfe, want_nfe)
+
+
+def test_async_lanes_save_forwards_over_threshold():
+  """Guards the reference test: lanes do fork (fewer forwards in all; the table model's logits
+  follow the canvas, so one row's path may cost more)."""
+  model = table_model(8, peak=9.0)
+  kw = dict(gen_length=16, block_length=4)
+  _, alone = run(model, prompts(9), scheduler=Threshold(0.8), **kw)
+  _, nfe = run(model, prompts(9), scheduler=AsyncLane(0.8, stable=0.25, lanes=3), **kw)
+  assert nfe.sum() < alone.sum(), (nfe, alone)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lanes=0), "AsyncLane.lanes must be an int >= 1, got 0"),
+    (dict(delimiters=("\n",)), "AsyncLane.delimiters must be token ids"),
+])
+def test_bad_async_lane_settings_raise(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    AsyncLane(**kwargs)
