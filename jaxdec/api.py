@@ -293,7 +293,9 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
 
   Returns:
     DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `stats` (`nfe` per row,
-    `decoded` canvas tokens per row, `tokens_per_forward` = decoded / nfe per row, `forwards`).
+    `decoded` canvas tokens per row, `tokens_per_forward` = decoded / nfe per row, `forwards`,
+    `lookaheads` / `lookahead_sequences`: a scheduler's lookahead forwards per row and the
+    sequences they ran).
   """
   decoding.check_model(model, causal=False)
   config = model.config

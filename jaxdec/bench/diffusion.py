@@ -21,12 +21,15 @@ import time
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import jaxdec
+from jaxdec import diffusion
 from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.diffusion import (AsyncLane, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
                               Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
+from jaxdec.diffusion.caches import CanvasView
 from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
@@ -156,8 +159,8 @@ def _chosen(names: list[str] | None) -> list[Config]:
 
 def _first_calls(fns: dict) -> tuple[dict, dict]:
   """Run each configuration once (compiling it): ({name: (tokens, nfe, committed, lengths)},
-  {name: seconds})."""
-  results, seconds = {}, {}
+  {name: seconds}, {name: forward counts})."""
+  results, seconds, counts = {}, {}, {}
   for name, fn in fns.items():
     t0 = time.perf_counter()
     outs = fn()
@@ -165,7 +168,62 @@ def _first_calls(fns: dict) -> tuple[dict, dict]:
     results[name] = tuple(np.concatenate([np.asarray(get(o)) for o in outs]) for get in (
         lambda o: o.tokens, lambda o: o.stats["nfe"], lambda o: o.stats["committed"],
         lambda o: o.lengths))
-  return results, seconds
+    counts[name] = {k: np.concatenate([np.asarray(o.stats[k]) for o in outs]) for k in
+                    ("decoded", "lookaheads", "lookahead_sequences")}
+    counts[name]["batched"] = sum(int(o.stats["forwards"]) for o in outs)
+  return results, seconds, counts
+
+
+def forward_costs(model: Model, batch: int, prompt_width: int, gen_length: int,
+                  windows: set[int], timer: Timer, repeats: int) -> dict:
+  """Median seconds of one batched forward of each kind the sampler runs, through the caches
+  themselves: 'full' (no cache: the whole canvas), 'refresh' (a refreshed cache's block start:
+  the whole canvas, keys and values kept) and ('cached', N) (a dual cache's step: a window of N
+  positions against the kept keys and values)."""
+  denoiser = diffusion.ModelDenoiser(model.params, model.config)
+  width, shift = prompt_width + gen_length, int(model.config.shifted_logits)
+  x = jnp.full((batch, width), model.config.mask_token_id, jnp.int32)
+  lengths = jnp.full((batch,), width, jnp.int32)
+
+  def kind(cache, window, step):
+    view = CanvasView(x=x, start=jnp.full((batch,), prompt_width + shift, jnp.int32),
+                      active=jnp.ones((batch,), bool), step=jnp.full((batch,), step, jnp.int32),
+                      lengths=lengths, window=window, gen_length=gen_length, shift=shift)
+    state = cache.init(denoiser, batch, width)
+    call = jax.jit(lambda st, v: cache.logits(st, denoiser, v)[0])
+    return lambda: jax.block_until_ready(call(state, view))
+
+  fns = {"full": kind(diffusion.NoCache(), min(windows), 0),
+         "refresh": kind(DualCache(), min(windows), 0)}
+  fns.update({("cached", n): kind(DualCache(), n, 1) for n in sorted(windows)})
+  for fn in fns.values():
+    fn()  # Compile.
+  return timer.interleaved(fns, repeats)
+
+
+def decomposition(c: Config, counts: dict, nfe: np.ndarray, block_length: int,
+                  costs: dict, seconds: float) -> dict:
+  """Where a configuration's time goes (the survey's latency decomposition): forwards per row by
+  kind (a refreshed cache's block starts, its cached window steps, full canvas forwards without
+  a cache, a scheduler's lookaheads), and the time outside the model: the measured time less
+  each batched forward priced at its kind's measured cost (an estimate: a lookahead of H
+  hypotheses is priced as H forwards of its kind)."""
+  looks, sequences = counts["lookaheads"], counts["lookahead_sequences"]
+  main = nfe - looks
+  blocks = -(-counts["decoded"] // block_length)
+  window = block_length * c.scheduler.windows
+  if isinstance(c.cache, (PrefixCache, DualCache)):
+    kinds = {"refresh": blocks, "cached": main - blocks, "full": 0 * main}
+    step_cost = costs[("cached", window)]
+  else:
+    kinds = {"refresh": 0 * main, "cached": 0 * main, "full": main}
+    step_cost = costs["full"]
+  priced = {"full": costs["full"], "refresh": costs["refresh"], "cached": step_cost}
+  per_row = sum(kinds[k].mean() * priced[k] for k in kinds) + sequences.mean() * step_cost
+  model_s = counts["batched"] * per_row / max(nfe.mean(), 1e-9)
+  return {**{f"{k} fwd": float(v.mean()) for k, v in kinds.items()},
+          "lookahead fwd": float(looks.mean()),
+          "outside model": max(seconds - model_s, 0.0) / seconds}
 
 
 def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
@@ -188,7 +246,7 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
   chosen = _chosen(names)
   known = [c.name for c in chosen]
   timer = Timer()
-  rows = []
+  rows, cost_lines = [], []
   for batch_size in batch_sizes:
     batches = [prompts[i: i + batch_size] for i in range(0, len(prompts), batch_size)]
 
@@ -204,8 +262,14 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
       return go
 
     fns = {c.name: runner(c) for c in chosen}
-    results, first_call = _first_calls(fns)
+    results, first_call, counts = _first_calls(fns)
     medians = timer.interleaved(fns, repeats)
+    costs = forward_costs(model, min(batch_size, len(prompts)), max(len(p) for p in prompts),
+                          gen_length, {block_length * c.scheduler.windows for c in chosen},
+                          timer, repeats)
+    cost_lines.append(f"batch {batch_size}: " + ", ".join(
+        f"{k if isinstance(k, str) else f'cached {k[1]}'} {1e3 * v:.1f} ms"
+        for k, v in costs.items()))
     base_tokens = results[known[0]][0]
     for c in chosen:
       tokens, nfe, committed, lengths = results[c.name]
@@ -221,6 +285,9 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
                    "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
                    "distinct 4-grams": distinct_ngrams(tokens),
                    "compile s": max(first_call[c.name] - medians[c.name], 0.0),
+                   **decomposition(c, counts[c.name], nfe, block_length, costs,
+                                   medians[c.name]),
+                   "forward ms": {str(k): 1e3 * v for k, v in costs.items()},
                    "tokens per forward by step": curve, "rows by step": decoding})
   what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens" if task is None else
           f"{len(prompts)} {task} test problems (rows stop at their answer's EOS block; tokens "
@@ -228,9 +295,14 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
   print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), {what}, "
         f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs; "
         f"speedup and agreement vs '{known[0]}' at the same batch size")
+  print("forwards per row by kind: a cache's block-start refresh, its cached window steps, full "
+        "canvas forwards (no cache), a scheduler's lookaheads; 'outside model': the share of the "
+        "time not spent in forwards (each batched forward priced at its kind's cost: "
+        + "; ".join(cost_lines) + ")")
   columns = ["batch", "config", *(["accuracy", "mean length"] if task else []), "NFE",
              "tokens/forward", "tokens/s", "speedup", "agreement", "rows equal",
-             "distinct 4-grams", "compile s"]
+             "distinct 4-grams", "compile s", "refresh fwd", "cached fwd", "full fwd",
+             "lookahead fwd", "outside model"]
   return report(rows, columns, timer, {
       "suite": "diffusion", "task": task, "model": model_path, "params": model.config.num_params,
       "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,

@@ -111,6 +111,8 @@ class _State:
   step: jax.Array  # i32[B]: forwards run on the current block.
   block_masks: jax.Array  # i32[B]: masks of the active window when the block started.
   nfe: jax.Array  # i32[B]: forwards used by each row.
+  lookaheads: jax.Array  # i32[B]: of which a scheduler's lookaheads (batched: one each).
+  hypotheses: jax.Array  # i32[B]: sequences those lookaheads ran (H per call of [B, H, N]).
   committed: jax.Array  # i32[B, G]: masks filled by each of the row's forwards.
   forwards: jax.Array  # i32[]: batched forwards run.
   cache: Any  # The cache's state.
@@ -154,14 +156,14 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
   x0, conf = propose(logits, c.temperature, keys, confidence=c.scheduler.confidence,
                      tempered=c.scheduler.tempered, mask_id=mask_id, eos=c.eos)
   masked = jnp.sum(candidates, axis=1, dtype=jnp.int32)
-  lookaheads = []
+  lookaheads = []  # The hypotheses of each call, counted at trace time.
 
   def one(window_tokens):
     x = s.x.at[rows[:, None], jnp.where(inside, place, s.x.shape[1])].set(window_tokens, mode="drop")
     return c.cache.logits(s.cache, c.denoiser, view.replace(x=x))[0]
 
   def lookahead(window_tokens):
-    lookaheads.append(None)  # Counted at trace time: one (batched) forward per call.
+    lookaheads.append(window_tokens.shape[1] if window_tokens.ndim == 3 else 1)
     if window_tokens.ndim == 3:  # [B, H, N]: H hypotheses per row, run as one batched forward.
       return jax.vmap(one, in_axes=1, out_axes=1)(window_tokens)
     return one(window_tokens)
@@ -221,6 +223,8 @@ def _step(c: _Setting, s: _State) -> _State:
   return _State(x=x, block=block,
                 step=jnp.where(finished, 0, step), block_masks=step_view.block_masks,
                 nfe=s.nfe + advance.astype(jnp.int32) * (1 + len(lookaheads)),
+                lookaheads=s.lookaheads + advance.astype(jnp.int32) * len(lookaheads),
+                hypotheses=s.hypotheses + advance.astype(jnp.int32) * sum(lookaheads),
                 committed=committed, forwards=s.forwards + 1 + len(lookaheads), cache=cache,
                 scheduler=scheduler)
 
@@ -260,7 +264,8 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
       eos=eos, block_length=block_length, gen_length=gen_length, stop_early=stop_early,
       stop_tokens=stop_tokens)
   zeros = jnp.zeros((batch,), jnp.int32)
-  state = _State(x=x, block=zeros, step=zeros, block_masks=zeros, nfe=zeros,
+  state = _State(x=x, block=zeros, step=zeros, block_masks=zeros, nfe=zeros, lookaheads=zeros,
+                 hypotheses=zeros,
                  committed=jnp.zeros((batch, gen_length), jnp.int32),
                  forwards=jnp.zeros((), jnp.int32), cache=cache.init(denoiser, batch, canvas),
                  scheduler=scheduler.init(batch, setting.window))
@@ -272,6 +277,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
   decoded = gen_length - jnp.sum(left, axis=1, dtype=jnp.int32)
   tokens = jnp.where(left, pad_id, tokens)
   stats = {"nfe": state.nfe, "forwards": state.forwards, "committed": state.committed,
+           "lookaheads": state.lookaheads, "lookahead_sequences": state.hypotheses,
            "decoded": decoded,
            "tokens_per_forward": decoded.astype(jnp.float32) / state.nfe.astype(jnp.float32)}
   return DecodeOutput(tokens=tokens, lengths=rows_until_stop(tokens, stop_tokens), stats=stats)
@@ -311,7 +317,8 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
   Returns:
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
     (tokens up to and including the first stop token, gen_length if none); stats `nfe` i32[B]
-    forwards used by each row, `decoded` i32[B] canvas tokens decoded (gen_length unless the row
+    forwards used by each row, `lookaheads` i32[B] of which a scheduler's lookahead forwards
+    (`lookahead_sequences` i32[B]: the sequences they ran, H per [B, H, N] call), `decoded` i32[B] canvas tokens decoded (gen_length unless the row
     stopped early), `tokens_per_forward` f32[B] = decoded / nfe, `forwards` i32[]
     batched forwards, `committed` i32[B, gen_length]: masks that row b's n-th forward filled
     (0 for a scheduler's lookahead forwards and for n >= nfe; forwards past the gen_length-th

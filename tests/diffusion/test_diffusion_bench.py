@@ -24,6 +24,13 @@ def test_bench_reports_the_baseline_and_a_fast_configuration(tmp_path, capsys):
   filled = sum(t * r for t, r in zip(fast["tokens per forward by step"], fast["rows by step"]))
   assert filled == 2 * 32
   assert sum(fast["rows by step"]) == 2 * fast["NFE"]
+  # Forwards by kind: the baseline runs full canvas forwards only; the dual cache refreshes once
+  # per block (2 blocks) and runs cached window steps for the rest; neither looks ahead.
+  assert (base["full fwd"], base["refresh fwd"], base["cached fwd"]) == (32, 0, 0)
+  assert fast["refresh fwd"] == 2 and fast["refresh fwd"] + fast["cached fwd"] == fast["NFE"]
+  assert base["lookahead fwd"] == fast["lookahead fwd"] == 0
+  assert 0.0 <= fast["outside model"] <= 1.0
+  assert {"full", "refresh", "('cached', 16)"} == set(fast["forward ms"])
 
   # The PNGs next to the JSON draw the JSON's numbers.
   from matplotlib.image import imread

@@ -232,3 +232,15 @@ def test_async_lanes_save_forwards_over_threshold():
 def test_bad_async_lane_settings_raise(kwargs, message):
   with pytest.raises(ValueError, match=message):
     AsyncLane(**kwargs)
+
+
+def test_lookahead_forwards_are_counted_per_row():
+  """RPS runs one batched lookahead of pivots x assignments hypotheses per step: half of each
+  row's forwards, and that many sequences per lookahead."""
+  out = jaxdec.diffusion_generate(dlm(), [[7, 8, 9], [10, 11]], gen_length=8, block_length=4,
+                                  steps=8, scheduler=RipplePivot(0.9, pivots=2, assignments=3))
+  nfe, looks = np.asarray(out.stats["nfe"]), np.asarray(out.stats["lookaheads"])
+  np.testing.assert_array_equal(2 * looks, nfe)
+  np.testing.assert_array_equal(out.stats["lookahead_sequences"], 6 * looks)
+  plain = jaxdec.diffusion_generate(dlm(), [[7, 8, 9]], gen_length=8, block_length=4, steps=8)
+  assert int(plain.stats["lookaheads"][0]) == 0
