@@ -259,7 +259,9 @@ def _scheduler(args):
   given = () if value is None else (value,)
   parts = {"fixed": diffusion.FixedSteps, "dream": diffusion.Dream,
            "threshold": diffusion.Threshold, "factor": diffusion.Factor,
-           "frechet": diffusion.Frechet}
+           "frechet": diffusion.Frechet, "cai": diffusion.FirstStepConfidence,
+           "cora": diffusion.Persistence, "said": diffusion.Scaffold,
+           "rps": diffusion.RipplePivot, "asynclane": diffusion.AsyncLane}
   return parts[name](*given)
 
 
@@ -791,10 +793,14 @@ def _add_speculative_flags(gen) -> None:
 def _add_diffusion_flags(gen) -> None:
   """`jaxdec generate`'s scheduler, cache and canvas."""
   dllm = gen.add_argument_group("diffusion decoding (any of these implies --method diffusion)")
-  dllm.add_argument("--scheduler", choices=("fixed", "threshold", "factor", "frechet", "dream"),
+  dllm.add_argument("--scheduler", choices=("fixed", "threshold", "factor", "frechet", "dream",
+                                           "cai", "cora", "said", "rps", "asynclane"),
                     help="which masks a step commits: fixed (LLaDA, --steps per canvas), "
                          "threshold / factor / frechet (Fast-dLLM, with --threshold / --factor / "
-                         "--delta), dream; left out: dream for a shifted-logit (Dream) model, "
+                         "--delta), dream; cai (CAI-DLLM), cora (CORA-Diff), said (SAID, "
+                         "--steps per canvas), rps (Ripple-Pivot Search), asynclane (AsyncLane) "
+                         "at their defaults (other settings: from Python, "
+                         "jaxdec.diffusion); left out: dream for a shifted-logit (Dream) model, "
                          "else fixed")
   dllm.add_argument("--threshold", type=float,
                     help="--scheduler threshold: commit every mask this confident (left out: 0.9)")

@@ -431,6 +431,8 @@ def _dlm():
     # --factor alone picks its scheduler.
     pytest.param(["--factor", "2.0", "--cache", "prefix"], diffusion.Factor(2.0),
                  diffusion.PrefixCache(), marks=pytest.mark.slow),
+    (["--scheduler", "rps", "--cache", "dual"], diffusion.RipplePivot(), diffusion.DualCache()),
+    pytest.param(["--scheduler", "said"], diffusion.Scaffold(), None, marks=pytest.mark.slow),
 ])
 def test_diffusion_equals_the_api(tmp_path, capsys, flags, scheduler, cache):
   model = _dlm()
