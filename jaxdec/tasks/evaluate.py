@@ -93,3 +93,21 @@ def solve(decode: Callable, tokenizer, problems: Sequence, batch_size: int = 32,
   correct = [extract(text) == p.answer for text, p in zip(completions, problems)]
   return Result(list(problems), completions, correct, lengths,
                 np.concatenate([f for _, _, f in outs]), seconds)
+
+
+def calibrate(decoders: dict[str, Callable], tokenizer, problems: Sequence, baseline: str,
+              tolerance: float = 0.01, **solve_kw) -> tuple[str, dict[str, Result]]:
+  """Pick an operating point the way CORA-Diff reports one: solve a calibration split (e.g.
+  gsm-synth's `validation`) with the `baseline` decoder and every candidate in `decoders`
+  (name -> decode), and return the candidate with the fewest forwards per problem among those
+  whose accuracy is at least the baseline's less `tolerance`, with every Result. Freeze that
+  choice, then report it on the test split."""
+  if baseline not in decoders:
+    raise ValueError(f"baseline {baseline!r} is not one of the decoders {sorted(decoders)}")
+  if not 0 <= tolerance <= 1:
+    raise ValueError(f"tolerance must be in [0, 1], got {tolerance}")
+  results = {name: solve(decode, tokenizer, problems, **solve_kw)
+             for name, decode in decoders.items()}
+  floor = results[baseline].accuracy - tolerance
+  kept = [n for n, r in results.items() if r.accuracy >= floor - 1e-12]
+  return min(kept, key=lambda n: results[n].forwards.mean()), results

@@ -84,3 +84,24 @@ def test_solve_rejects_bad_arguments(tokenizer):
     evaluate.solve(decode, tokenizer, [])
   with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
     evaluate.solve(decode, tokenizer, gsm_synth.problems("test", 1), batch_size=0)
+
+
+def test_calibrate_picks_the_cheapest_decoder_within_tolerance(tokenizer):
+  problems = gsm_synth.problems("validation", 10, seed=3)
+
+  def costing(wrong, forwards):
+    decode, _ = _oracle(tokenizer, problems, wrong=wrong)
+    def run(prompts):
+      out = decode(prompts)
+      return DecodeOutput(out.tokens, out.lengths, {"nfe": np.full(len(prompts), forwards)})
+    return run
+
+  decoders = {"base": costing((), 100), "close": costing({1}, 40), "cheap but wrong":
+              costing({1, 2, 3}, 10), "costly": costing((), 60)}
+  best, results = evaluate.calibrate(decoders, tokenizer, problems, "base", tolerance=0.1,
+                                     batch_size=5)
+  assert best == "close" and results["close"].accuracy == pytest.approx(0.9)
+  best, _ = evaluate.calibrate(decoders, tokenizer, problems, "base", tolerance=0.0, batch_size=5)
+  assert best == "costly"
+  with pytest.raises(ValueError, match="baseline 'llada' is not one of the decoders"):
+    evaluate.calibrate(decoders, tokenizer, problems, "llada")
