@@ -225,14 +225,15 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "stop_early",
-                                             "parts"))
+                                             "visible_suffix", "parts"))
 def _diffusion_jit(model, prompt, prompt_lengths, steps, scheduler, cache, temperature, cfg_scale,
-                   key, stop_tokens, *, gen_length, block_length, eos, stop_early, parts):
+                   key, stop_tokens, *, gen_length, block_length, eos, stop_early, visible_suffix,
+                   parts):
   return diffusion.diffusion_generate(
       model.params, prompt, prompt_lengths, key, config=model.config, gen_length=gen_length,
       block_length=block_length, steps=steps, scheduler=scheduler, cache=cache,
       temperature=temperature, cfg_scale=cfg_scale, stop_tokens=stop_tokens, eos=eos,
-      stop_early=stop_early)
+      stop_early=stop_early, visible_suffix=visible_suffix)
 
 
 def _eos_flags(model: Model, logits_eos_inf: bool, confidence_eos_eot_inf: bool, eos_token_id,
@@ -268,7 +269,8 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                        logits_eos_inf: bool = False, confidence_eos_eot_inf: bool = False,
                        eos_token_id: int | None = None, eot_token_id: int | None = None,
                        stop_tokens: Sequence[int] | None = None,
-                       stop_early: bool = False) -> DecodeOutput:
+                       stop_early: bool = False,
+                       visible_suffix: int | None = None) -> DecodeOutput:
   """Masked-diffusion decoding (LLaDA / Dream samplers, Fast-dLLM schedulers and caches).
 
   Args:
@@ -290,6 +292,9 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
     stop_early: end a row once a block it finishes holds a stop token (its later blocks come back
       as pad, and no forwards are spent on them); off (LLaDA's reference sampler): every block is
       decoded.
+    visible_suffix: None (LLaDA, Dream): the model sees the whole canvas, the masks of every
+      later block included; k >= 0: only k positions after the active window, the rest hidden
+      from attention (0: as block-diffusion models decode).
 
   Returns:
     DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `stats` (`nfe` per row,
@@ -310,6 +315,9 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
   steps = decoding.positive_int("steps", steps)
   if gen_length % block_length:
     raise ValueError(f"gen_length={gen_length} is not a multiple of block_length={block_length}")
+  if visible_suffix is not None and (isinstance(visible_suffix, bool) or
+                                     not isinstance(visible_suffix, int) or visible_suffix < 0):
+    raise ValueError(f"visible_suffix must be None or an int >= 0, got {visible_suffix!r}")
   num_blocks = gen_length // block_length
   if steps % num_blocks:
     raise ValueError(f"steps={steps} is not divisible by the number of blocks "
@@ -333,5 +341,6 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
   out = _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache, t,
                        cfg if cfg > 0 else None, key, stops, gen_length=gen_length,
                        block_length=block_length, eos=eos, stop_early=bool(stop_early),
+                       visible_suffix=visible_suffix,
                        parts=part_types(scheduler, scheduler.confidence, cache))
   return _gather(model, out, batch)

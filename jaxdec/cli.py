@@ -103,7 +103,7 @@ METHODS = ("greedy", "sample", "speculative", "diffusion")
 # Flags that only one method reads: giving one picks that method when --method is left out.
 _SPECULATIVE_FLAGS = ("drafter", "num_tokens", "max_ngram", "branches", "verifier")
 _DIFFUSION_FLAGS = ("scheduler", "threshold", "factor", "delta", "cache", "gen_length",
-                    "block_length", "steps", "stop_early")
+                    "block_length", "steps", "stop_early", "visible_suffix")
 # --scheduler NAME -> the flag holding its value.
 _SCHEDULER_VALUES = {"threshold": "threshold", "factor": "factor", "frechet": "delta"}
 
@@ -299,7 +299,8 @@ def _decoder(args, model, method: str, tokenizer=None, stream=None, stop_early: 
              "dual": diffusion.DualCache()}[args.cache]
     return lambda prompts: jaxdec.diffusion_generate(
         model, prompts, gen_length=gen, block_length=block, steps=steps, scheduler=scheduler,
-        cache=cache, temperature=sampling, key=key, stop_early=stop_early or bool(args.stop_early))
+        cache=cache, temperature=sampling, key=key, stop_early=stop_early or bool(args.stop_early),
+        visible_suffix=args.visible_suffix)
   budget = {"max_new_tokens": args.max_new_tokens, "sampling": sampling, "key": key,
             "min_new_tokens": args.min_new_tokens, "repetition_penalty": args.repetition_penalty,
             "logprobs": args.logprobs, "stream": stream}
@@ -821,6 +822,9 @@ def _add_diffusion_flags(gen) -> None:
   dllm.add_argument("--stop-early", action="store_true", default=None,
                     help="end a row at the block holding its first EOS instead of decoding "
                          "every block (jaxdec eval --task always does)")
+  dllm.add_argument("--visible-suffix", type=int,
+                    help="canvas tokens after the current block the model sees (left out: all, "
+                         "as LLaDA and Dream; 0: none, as block-diffusion models decode)")
 
 
 def _add_generate_parser(sub) -> None:

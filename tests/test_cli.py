@@ -433,6 +433,7 @@ def _dlm():
                  diffusion.PrefixCache(), marks=pytest.mark.slow),
     (["--scheduler", "rps", "--cache", "dual"], diffusion.RipplePivot(), diffusion.DualCache()),
     pytest.param(["--scheduler", "said"], diffusion.Scaffold(), None, marks=pytest.mark.slow),
+    (["--threshold", "0.5", "--visible-suffix", "0"], diffusion.Threshold(0.5), None),
 ])
 def test_diffusion_equals_the_api(tmp_path, capsys, flags, scheduler, cache):
   model = _dlm()
@@ -440,8 +441,10 @@ def test_diffusion_equals_the_api(tmp_path, capsys, flags, scheduler, cache):
   assert cli.main(["generate", "--model", path, "--prompt-ids", "7 8 9", "--gen-length", "16",
                    "--block-length", "8", "--steps", "8", "--stats", *flags]) == 0
   captured = capsys.readouterr()
+  suffix = int(flags[flags.index("--visible-suffix") + 1]) if "--visible-suffix" in flags else None
   expected = jaxdec.diffusion_generate(model, [[7, 8, 9]], gen_length=16, block_length=8,
-                                       steps=8, scheduler=scheduler, cache=cache)
+                                       steps=8, scheduler=scheduler, cache=cache,
+                                       visible_suffix=suffix)
   assert _ids(captured.out) == [_expected(expected)]
   nfe = int(expected.stats["nfe"][0])
   assert f"from {nfe} forwards (model passes over the canvas): {16 / nfe:.2f} tokens/forward" in captured.err

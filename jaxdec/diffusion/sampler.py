@@ -127,6 +127,7 @@ class _Setting:
   block_length: int = struct.field(pytree_node=False)
   gen_length: int = struct.field(pytree_node=False)
   stop_early: bool = struct.field(pytree_node=False)
+  visible_suffix: int | None = struct.field(pytree_node=False)
   denoiser: Denoiser
   scheduler: Scheduler
   cache: DiffusionCache
@@ -193,7 +194,11 @@ def _step(c: _Setting, s: _State) -> _State:
   active = s.block < c.num_blocks
   start = c.prompt_lengths + jnp.minimum(s.block, c.num_blocks - 1) * c.block_length
   lengths = c.prompt_lengths + c.gen_length
-  view = CanvasView(x=s.x, start=start, active=active, step=s.step, lengths=lengths,
+  # The canvas the model sees ends `visible_suffix` positions after the window (the rest is
+  # hidden from attention as padding is).
+  seen = lengths if c.visible_suffix is None else jnp.minimum(
+      lengths, start + c.window + c.visible_suffix)
+  view = CanvasView(x=s.x, start=start, active=active, step=s.step, lengths=seen,
                     window=c.window, gen_length=c.gen_length,
                     shift=int(c.denoiser.shifted_logits))
   logits, advance, cache = c.cache.logits(s.cache, c.denoiser, view)
@@ -234,12 +239,16 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
             steps: jax.Array | int, scheduler: Scheduler | None = None,
             cache: DiffusionCache | None = None, temperature: jax.Array | float = 0.0,
             cfg_scale: jax.Array | float | None = None, stop_tokens: jax.Array | None = None,
-            eos: EosFlags = EosFlags(), pad_id: int = 0, stop_early: bool = False) -> DecodeOutput:
+            eos: EosFlags = EosFlags(), pad_id: int = 0, stop_early: bool = False,
+            visible_suffix: int | None = None) -> DecodeOutput:
   """Fill gen_length masks after each prompt; see `diffusion_generate` for the arguments."""
   scheduler = FixedSteps() if scheduler is None else scheduler
   cache = NoCache() if cache is None else cache
   if gen_length % block_length:
     raise ValueError(f"gen_length={gen_length} is not a multiple of block_length={block_length}")
+  if visible_suffix is not None and (isinstance(visible_suffix, bool) or
+                                     not isinstance(visible_suffix, int) or visible_suffix < 0):
+    raise ValueError(f"visible_suffix must be None or an int >= 0, got {visible_suffix!r}")
   num_blocks = gen_length // block_length
   if isinstance(steps, int) and (steps < num_blocks or steps % num_blocks):
     raise ValueError(f"steps={steps} is not a positive multiple of the {num_blocks} blocks")
@@ -262,6 +271,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
       temperature=jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (batch,)),
       prompt_lengths=prompt_lengths, per_block=jnp.asarray(steps, jnp.int32) // num_blocks,
       eos=eos, block_length=block_length, gen_length=gen_length, stop_early=stop_early,
+      visible_suffix=visible_suffix,
       stop_tokens=stop_tokens)
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _State(x=x, block=zeros, step=zeros, block_masks=zeros, nfe=zeros, lookaheads=zeros,
@@ -289,7 +299,8 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                        cache: DiffusionCache | None = None, temperature: jax.Array | float = 0.0,
                        cfg_scale: jax.Array | float | None = None,
                        stop_tokens: jax.Array | None = None,
-                       eos: EosFlags = EosFlags(), stop_early: bool = False) -> DecodeOutput:
+                       eos: EosFlags = EosFlags(), stop_early: bool = False,
+                       visible_suffix: int | None = None) -> DecodeOutput:
   """Masked-diffusion decoding with a bidirectional jaxdec model (LLaDA, Dream, pycode-dlm).
 
   Args:
@@ -313,6 +324,10 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
     stop_early: static; a row ends once a block it finishes holds a stop token, so no forwards
       are spent past its answer (its later blocks come back as pad). Off, as LLaDA's reference
       sampler, every block is decoded.
+    visible_suffix: static; None (LLaDA, Dream): the model sees the whole canvas, every later
+      block's masks included; k: only the first k positions after the active window (0: none,
+      as block-diffusion models decode), the rest hidden from attention. A model that has not
+      learned to ignore hundreds of masks predicts the next block better without them.
 
   Returns:
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
@@ -333,4 +348,4 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                  gen_length=gen_length, block_length=block_length, steps=steps,
                  scheduler=scheduler, cache=cache, temperature=temperature, cfg_scale=cfg_scale,
                  stop_tokens=stop_tokens, eos=eos, pad_id=default_pad_id(config),
-                 stop_early=stop_early)
+                 stop_early=stop_early, visible_suffix=visible_suffix)

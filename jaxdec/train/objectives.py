@@ -77,18 +77,26 @@ class MaskedDiffusion:
   # block is scored. Without it a masked rest is a rare draw (t near 1), and a model trained so
   # mispredicts even the token right after a clean prefix when hundreds of masks follow it.
   block: int = struct.field(pytree_node=False, default=0)
+  # With `block`: how many positions after the block the model sees (None: all, masked; k: the
+  # first k, the rest hidden from attention), to match `diffusion_generate(visible_suffix=k)`.
+  visible_suffix: int | None = struct.field(pytree_node=False, default=None)
 
   def __post_init__(self):
     if not isinstance(self.block, int) or self.block < 0:
       raise ValueError(f"MaskedDiffusion.block must be an int >= 0, got {self.block!r}")
+    if self.visible_suffix is not None and (
+        isinstance(self.visible_suffix, bool) or not isinstance(self.visible_suffix, int)
+        or self.visible_suffix < 0 or not self.block):
+      raise ValueError(f"MaskedDiffusion.visible_suffix must be None or an int >= 0 with a block, "
+                       f"got {self.visible_suffix!r} (block={self.block})")
     if self.block and not self.prefix_fraction:
       raise ValueError("MaskedDiffusion.block lays out the rows that keep a clean prefix; set "
                        f"prefix_fraction > 0 (got {self.prefix_fraction})")
 
   def corrupt(self, tokens, key, mask_id: int, t=None, scored=None):
-    """(noisy tokens, masked bool[B, L]: the masked positions the loss scores, p_mask f32[B]);
-    `t` f32[B] overrides the random ratio; positions not `scored` are never masked (except after
-    a `block`, where everything is)."""
+    """(noisy tokens, masked bool[B, L]: the masked positions the loss scores, p_mask f32[B],
+    visible i32[B]: positions the model sees, the rest hidden); `t` f32[B] overrides the random
+    ratio; positions not `scored` are never masked (except after a `block`, where all are)."""
     t_key, m_key, p_key, l_key = jax.random.split(key, 4)
     batch, length = tokens.shape
     if t is None:
@@ -97,18 +105,22 @@ class MaskedDiffusion:
     masked = jax.random.uniform(m_key, tokens.shape) < p_mask[:, None]
     where = jnp.arange(length)[None, :]
     beyond = jnp.zeros(tokens.shape, bool)
+    visible = jnp.full((batch,), length, jnp.int32)
     if self.prefix_fraction > 0:
       keep = jax.random.uniform(p_key, (batch,)) < self.prefix_fraction
       prefix = jax.random.randint(l_key, (batch,), 0, length)
       masked &= ~(keep[:, None] & (where < prefix[:, None]))
       if self.block:
         beyond = keep[:, None] & (where >= (prefix + self.block)[:, None])
+        if self.visible_suffix is not None:
+          visible = jnp.where(keep, jnp.minimum(prefix + self.block + self.visible_suffix,
+                                                length), length)
     masked &= where >= self.clean_prefix
     beyond &= where >= self.clean_prefix
     if scored is not None:
       masked &= scored
     masked &= ~beyond
-    return jnp.where(masked | beyond, mask_id, tokens), masked, p_mask
+    return jnp.where(masked | beyond, mask_id, tokens), masked, p_mask, visible
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """(f32[B]: sum over masked positions of CE / p_mask per sequence, masked, logits aligned
@@ -120,8 +132,9 @@ class MaskedDiffusion:
     if config.shifted_logits:  # Dream: the output at i - 1 predicts token i; 0 has none.
       first = jnp.arange(tokens.shape[1])[None, :] > 0
       scored = first if scored is None else scored & first
-    noisy, masked, p_mask = self.corrupt(tokens, key, config.mask_token_id, t, scored)
-    logits, _, _ = forward(params, noisy, _positions(noisy), config=config)
+    noisy, masked, p_mask, visible = self.corrupt(tokens, key, config.mask_token_id, t, scored)
+    logits, _, _ = forward(params, noisy, _positions(noisy), config=config,
+                           valid_lengths=visible)
     if config.shifted_logits:
       logits = jnp.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)

@@ -33,15 +33,16 @@ def _prompts(seed, lengths=(3, 11, 1, 7)):
   return [rng.randint(6, 128, n).tolist() for n in lengths]
 
 
-@pytest.mark.parametrize("shifted", [False, True])
+@pytest.mark.parametrize("shifted, suffix", [(False, None), (True, None), (False, 0), (True, 3)])
 @pytest.mark.parametrize("scheduler", [FixedSteps(), Threshold(0.5)])
 @pytest.mark.parametrize("cache", [PrefixCache(), DualCache()])
-def test_caches_are_exact_on_a_one_layer_model(cache, scheduler, shifted):
+def test_caches_are_exact_on_a_one_layer_model(cache, scheduler, shifted, suffix):
   """With one layer, keys and values depend only on the tokens, and the prefix and suffix of a
   block do not change while it is decoded: a cache that reuses the right slots, at the right
-  positions, with the right visibility, gives exactly the uncached output."""
+  positions, with the right visibility, gives exactly the uncached output (also with only part
+  of the suffix visible)."""
   model = dlm(num_layers=1, shifted_logits=shifted, seed=1)
-  kw = dict(gen_length=16, block_length=8, steps=16, scheduler=scheduler)
+  kw = dict(gen_length=16, block_length=8, steps=16, scheduler=scheduler, visible_suffix=suffix)
   exact = jaxdec.diffusion_generate(model, _prompts(0), **kw)
   cached = jaxdec.diffusion_generate(model, _prompts(0), cache=cache, **kw)
   np.testing.assert_array_equal(cached.tokens, exact.tokens)
@@ -87,6 +88,21 @@ def _assert_batch_equals_one_by_one(model, scheduler, cache, steps, paced):
     assert int(batch.stats["nfe"][i]) == int(alone.stats["nfe"][0])
   if paced:
     assert len(set(batch.stats["nfe"].tolist())) > 1
+
+
+def test_a_hidden_suffix_is_what_a_truncated_canvas_gives():
+  """visible_suffix=k on one block of a longer canvas equals decoding that block alone on a
+  canvas that ends k positions after it; and hiding the suffix changes what the model predicts."""
+  model = dlm(seed=2)
+  prompts = _prompts(3)
+  kw = dict(block_length=8, scheduler=Threshold(0.5))
+  for k in (0, 8):
+    short = jaxdec.diffusion_generate(model, prompts, gen_length=8 + k, steps=8 + k, **kw)
+    long = jaxdec.diffusion_generate(model, prompts, gen_length=32, steps=32, visible_suffix=k,
+                                     **kw)
+    np.testing.assert_array_equal(long.tokens[:, :8], short.tokens[:, :8])
+  full = jaxdec.diffusion_generate(model, prompts, gen_length=32, steps=32, **kw)
+  assert not np.array_equal(full.tokens[:, :8], long.tokens[:, :8])
 
 
 def test_stats_and_lengths(model):
@@ -222,6 +238,7 @@ def test_runs_inside_a_callers_jit(model):
     (dict(temperature=0.5), ValueError, "needs a PRNG key"),
     (dict(scheduler=FixedSteps(RandomConfidence())), ValueError, "needs a PRNG key"),
     (dict(temperature=-1.0), ValueError, "temperature must be"),
+    (dict(visible_suffix=-1), ValueError, "visible_suffix must be None or an int >= 0, got -1"),
     (dict(gen_length=256, block_length=256, steps=256), ValueError, "exceeds the model's maximum"),
 ])
 def test_bad_arguments_raise(model, kwargs, error, message):

@@ -74,7 +74,7 @@ def test_masked_diffusion_objective_weights_by_inverse_ratio():
   cfg = _config(attention=Bidirectional(), mask_token_id=3).model
   objective = MaskedDiffusion()
   tokens = jnp.asarray(np.random.RandomState(0).randint(4, VOCAB, (64, 64)), jnp.int32)
-  noisy, masked, p = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.3))
+  noisy, masked, p, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.3))
   assert abs(float(masked.mean()) - 0.3) < 0.02
   assert bool(jnp.all(jnp.where(masked, noisy == 3, noisy == tokens)))
   params = Trainer(_config(MaskedDiffusion(), attention=Bidirectional(), mask_token_id=3), "/tmp/unused-md").module.params()
@@ -108,9 +108,9 @@ def test_prefix_fraction_keeps_a_clean_prompt_shaped_prefix():
   only (the canvas the samplers see); without it every position is masked."""
   tokens = jnp.asarray(np.random.RandomState(1).randint(4, VOCAB, (64, 32)), jnp.int32)
   ones = jnp.ones((64,))
-  _, masked, _ = MaskedDiffusion().corrupt(tokens, jax.random.key(0), 3, t=ones)
+  _, masked, _, _ = MaskedDiffusion().corrupt(tokens, jax.random.key(0), 3, t=ones)
   assert bool(masked.all())
-  _, masked, _ = MaskedDiffusion(prefix_fraction=1.0).corrupt(tokens, jax.random.key(0), 3, t=ones)
+  _, masked, _, _ = MaskedDiffusion(prefix_fraction=1.0).corrupt(tokens, jax.random.key(0), 3, t=ones)
   masked = np.asarray(masked)
   prefix = (~masked).sum(1)
   np.testing.assert_array_equal(masked, np.arange(32)[None, :] >= prefix[:, None])
@@ -122,19 +122,25 @@ def test_block_lays_out_the_semi_autoregressive_canvas():
   everything masked and unscored (what a sampler decoding one block sees)."""
   tokens = jnp.asarray(np.random.RandomState(1).randint(4, VOCAB, (64, 32)), jnp.int32)
   objective = MaskedDiffusion(prefix_fraction=1.0, block=4)
-  noisy, masked, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((64,)))
+  noisy, masked, _, visible = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((64,)))
   noisy, masked = np.asarray(noisy), np.asarray(masked)
   prefix = (noisy != 3).sum(1)
   where = np.arange(32)[None, :]
   np.testing.assert_array_equal(noisy == 3, where >= prefix[:, None])
   np.testing.assert_array_equal(masked, (where >= prefix[:, None]) & (where < prefix[:, None] + 4))
-  noisy, masked, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.5))
+  noisy, masked, _, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.5))
   noisy, masked = np.asarray(noisy), np.asarray(masked)
   inside = (where >= prefix[:, None]) & (where < prefix[:, None] + 4)
   assert not masked[~inside].any() and 0.3 < masked[inside].mean() < 0.7
   np.testing.assert_array_equal(noisy[~inside] == 3, (where >= prefix[:, None] + 4)[~inside])
+  assert (np.asarray(visible) == 32).all()
+  hidden = MaskedDiffusion(prefix_fraction=1.0, block=4, visible_suffix=2)
+  _, _, _, visible = hidden.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((64,)))
+  np.testing.assert_array_equal(visible, np.minimum(prefix + 6, 32))
   with pytest.raises(ValueError, match="set prefix_fraction > 0"):
     MaskedDiffusion(block=4)
+  with pytest.raises(ValueError, match="visible_suffix must be None or an int >= 0 with a block"):
+    MaskedDiffusion(prefix_fraction=0.5, visible_suffix=0)
 
 
 def test_bits_per_byte_scores_each_token_once(tokenizer):
@@ -202,7 +208,7 @@ def test_staged_runs_record_their_lineage_and_total_cost(tmp_path):
 
 def test_clean_prefix_is_never_masked():
   tokens = jnp.asarray(np.random.RandomState(2).randint(4, VOCAB, (16, 32)), jnp.int32)
-  _, masked, _ = MaskedDiffusion(clean_prefix=12).corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((16,)))
+  _, masked, _, _ = MaskedDiffusion(clean_prefix=12).corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((16,)))
   np.testing.assert_array_equal(np.asarray(masked), np.broadcast_to(np.arange(32) >= 12, (16, 32)))
 
 
@@ -250,7 +256,7 @@ def test_certainty_forcing_adds_the_entropy_of_correct_predictions():
   params = init_params(cfg, jax.random.key(0), std=0.3)
   tokens = jnp.asarray(np.random.RandomState(3).randint(4, VOCAB, (4, 32)), jnp.int32)
   plain = MaskedDiffusion()
-  noisy, masked, _ = plain.corrupt(tokens, jax.random.key(1), 3)
+  noisy, masked, _, _ = plain.corrupt(tokens, jax.random.key(1), 3)
   logits = forward(params, noisy, jnp.broadcast_to(jnp.arange(32), (4, 32)), config=cfg)[0]
   # Make some masked predictions right, so the term has positions to average over.
   tokens = jnp.where(masked & (jnp.arange(32)[None, :] % 2 == 0), jnp.argmax(logits, -1), tokens)
@@ -478,7 +484,7 @@ def test_scored_positions_are_the_only_ones_the_losses_count():
 
   dlm = _config(MaskedDiffusion(), attention=Bidirectional(), mask_token_id=3)
   objective = MaskedDiffusion()
-  _, masked, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((4,)), scored=scored)
+  _, masked, _, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((4,)), scored=scored)
   np.testing.assert_array_equal(masked, scored)
   params = Trainer(dlm, "/tmp/unused-md2").module.params()
   per_seq, _, _ = objective.weighted_nll(params, tokens, jax.random.key(1), dlm.model,
