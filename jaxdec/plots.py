@@ -165,16 +165,18 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
   return sorted(front, key=lambda i: points[i][0])
 
 
-def accuracy_vs_speed(rows: Sequence[dict], *, label: str = "method", title: str = ""):
-  """The speed / quality frontier: one point per row (x = its 'tokens/s', y = its 'accuracy'),
-  named by `row[label]`, and the Pareto front (rows no other row beats on both) as a line."""
+def accuracy_vs_speed(rows: Sequence[dict], *, label: str = "method", title: str = "",
+                      quality: str = "accuracy"):
+  """The speed / quality frontier: one point per row (x = its 'tokens/s', y = its `quality`,
+  'accuracy' or e.g. 'agreement'), named by `row[label]`, and the Pareto front (rows no other row
+  beats on both) as a line."""
   if not rows:
     raise ValueError("accuracy_vs_speed needs at least one row, got none")
   for row in rows:
-    missing = [k for k in (label, "accuracy", "tokens/s") if k not in row]
+    missing = [k for k in (label, quality, "tokens/s") if k not in row]
     if missing:
       raise ValueError(f"accuracy_vs_speed: row {row!r} has no {missing}")
-  points = [(float(r["tokens/s"]), float(r["accuracy"])) for r in rows]
+  points = [(float(r["tokens/s"]), float(r[quality])) for r in rows]
   fig, axes = figure(4.5)
   ax = axes[0, 0]
   ax.scatter([p[0] for p in points], [p[1] for p in points], color=OURS_COLOR, zorder=3)
@@ -184,7 +186,7 @@ def accuracy_vs_speed(rows: Sequence[dict], *, label: str = "method", title: str
   ax.plot([points[i][0] for i in front], [points[i][1] for i in front], color=BASELINE_COLOR,
           linestyle="--", linewidth=1, label="Pareto front", zorder=2)
   ax.set_xlabel("tokens/s")
-  ax.set_ylabel("accuracy")
+  ax.set_ylabel(quality)
   ax.legend(fontsize=8)
   fig.suptitle(_wrap(title), fontsize=10)
   return fig

@@ -117,7 +117,8 @@ def per_forward(committed: np.ndarray, nfe: np.ndarray) -> tuple[list[float], li
 def figures(record: dict) -> dict:
   """{'speedup': bars of every configuration's speedup over the baseline, 'tokens_per_forward':
   masks filled per forward and tokens generated vs forwards (the smallest batch size's rows),
-  and with a task 'accuracy_vs_speed': accuracy against tokens/s}."""
+  and 'accuracy_vs_speed' (with a task; else 'agreement_vs_speed', agreement with the baseline)
+  against tokens/s}."""
   from jaxdec import plots
 
   rows = record["rows"]
@@ -136,9 +137,10 @@ def figures(record: dict) -> dict:
           {r["config"]: r["rows by step"] for r in first}, gen_length=record["gen_length"],
           title=f"bench diffusion: {setting}, batch {batches[0]}"),
   }
-  if "accuracy" in rows[0]:
-    figs["accuracy_vs_speed"] = plots.accuracy_vs_speed(
-        first, label="config", title=f"bench diffusion: {setting}, batch {batches[0]}")
+  quality = "accuracy" if "accuracy" in rows[0] else "agreement"
+  figs[f"{quality}_vs_speed"] = plots.accuracy_vs_speed(
+      first, label="config", quality=quality,
+      title=f"bench diffusion: {setting}, batch {batches[0]}")
   return figs
 
 

@@ -38,7 +38,8 @@ def test_bench_reports_the_baseline_and_a_fast_configuration(tmp_path, capsys):
   from jaxdec import plots
 
   assert saved["plots"] == [str(tmp_path / "diffusion_speedup.png"),
-                            str(tmp_path / "diffusion_tokens_per_forward.png")]
+                            str(tmp_path / "diffusion_tokens_per_forward.png"),
+                            str(tmp_path / "diffusion_agreement_vs_speed.png")]
   figs = bench.figures(saved)
   for name, fig in figs.items():
     image = imread(str(tmp_path / f"diffusion_{name}.png"))
@@ -52,6 +53,8 @@ def test_bench_reports_the_baseline_and_a_fast_configuration(tmp_path, capsys):
     assert line.get_label() == row["config"]
     assert list(line.get_ydata()) == row["tokens per forward by step"]
   assert [line.get_ydata()[-1] for line in bottom.get_lines()[:2]] == [32, 32]  # Every token.
+  points = figs["agreement_vs_speed"].axes[0].collections[0].get_offsets()
+  assert [tuple(p) for p in points] == [(r["tokens/s"], r["agreement"]) for r in saved["rows"]]
 
 
 def test_distinct_ngrams_flags_loops():
