@@ -539,7 +539,7 @@ def _cmd_bench(args) -> int:
     diffusion.run(args.model, batch_sizes=tuple(args.batch_sizes), num_prompts=args.prompts,
                   gen_length=args.gen_length, block_length=args.block_length,
                   repeats=args.repeats, names=args.configs, out=args.out, plot=args.plot,
-                  task=args.task)
+                  task=args.task, judge=None if args.judge == "none" else args.judge)
   return 0
 
 
@@ -724,6 +724,9 @@ def _add_bench_parser(sub) -> None:
   df.add_argument("--task", choices=("gsm-synth",),
                   help="prompts from this task's test problems, with an accuracy column (rows "
                        "stop at their answer's EOS)")
+  df.add_argument("--judge", default="zoo:pycode-ar",
+                  help="on code prompts: an AR model sharing the tokenizer that scores every "
+                       "configuration's continuations in bits per byte ('none': off)")
   df.add_argument("--gen-length", type=int,
                   help="canvas tokens per prompt (left out: 256, or the task's, gsm-synth 448)")
   df.add_argument("--block-length", type=int, default=32, help="tokens a block")

@@ -30,6 +30,7 @@ from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.diffusion import (AsyncLane, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
                               Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
 from jaxdec.diffusion.caches import CanvasView
+from jaxdec.model import forward
 from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
@@ -144,6 +145,22 @@ def figures(record: dict) -> dict:
   return figs
 
 
+def judge_bits_per_byte(judge: Model, tokenizer, prompts: list[list[int]],
+                        tokens: np.ndarray) -> float:
+  """Bits per byte of the generated continuations under an AR `judge` that shares the
+  tokenizer, each scored given its prompt: how plausible the text is, whatever the baseline
+  wrote (agreement says how close to it)."""
+  nats, size = 0.0, 0
+  for prompt, row in zip(prompts, tokens):
+    ids = jnp.asarray([list(prompt) + row.tolist()], jnp.int32)
+    logits = forward(judge.params, ids[:, :-1], jnp.arange(ids.shape[1] - 1)[None],
+                     config=judge.config)[0]
+    logp = jax.nn.log_softmax(logits[0, len(prompt) - 1:].astype(jnp.float32), axis=-1)
+    nats -= float(jnp.sum(jnp.take_along_axis(logp, ids[0, len(prompt):, None], axis=-1)))
+    size += len(tokenizer.decode(row.tolist()).encode("utf-8"))
+  return nats / max(size, 1) / np.log(2.0)
+
+
 def _score(tokenizer, problems, tokens: np.ndarray, lengths: np.ndarray) -> float:
   from jaxdec.tasks import gsm_synth
 
@@ -231,10 +248,12 @@ def decomposition(c: Config, counts: dict, nfe: np.ndarray, block_length: int,
 def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int | None = None, block_length: int = 32, prompt_tokens: int = 128,
         repeats: int = 3, names: list[str] | None = None, out: str | None = None,
-        plot: bool = False, task: str | None = None) -> dict:
+        plot: bool = False, task: str | None = None, judge: str | None = "zoo:pycode-ar") -> dict:
   """Time every configuration (or those in `names`) against the baseline, per batch size;
   `plot` also writes `figures(record)` as PNGs next to `out`. Left out, the model and gen_length
-  are the task's (code: zoo:pycode-dlm, 256; gsm-synth: zoo:gsm-dlm, 448)."""
+  are the task's (code: zoo:pycode-dlm, 256; gsm-synth: zoo:gsm-dlm, 448). On code, `judge` (an
+  AR model with the same tokenizer; None: off) scores every configuration's continuations in
+  bits per byte."""
   check_plot(plot, out)
   if model_path is None:
     model_path = "zoo:pycode-dlm" if task is None else "zoo:gsm-dlm"
@@ -245,6 +264,12 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
     from jaxdec.tasks import gsm_synth
 
     gen_length = 256 if task is None else gsm_synth.GEN_LENGTH
+  judged = None
+  if task is None and judge is not None and tokenizer is not None:
+    judged = jaxdec.load(judge, dtype=np.float32)
+    if judged.config.vocab_size != model.config.vocab_size:
+      raise ValueError(f"judge {judge} has {judged.config.vocab_size} ids, the model "
+                       f"{model.config.vocab_size}: it must share the tokenizer")
   chosen = _chosen(names)
   known = [c.name for c in chosen]
   timer = Timer()
@@ -280,6 +305,8 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
       made = lengths if task is not None else np.full_like(nfe, gen_length)  # Tokens per row.
       extra = {} if task is None else {"accuracy": _score(tokenizer, problems, tokens, lengths),
                                        "mean length": float(lengths.mean())}
+      if judged is not None:
+        extra["judge bpb"] = judge_bits_per_byte(judged, tokenizer, prompts, tokens)
       rows.append({"batch": batch_size, "config": c.name, **extra, "NFE": float(nfe.mean()),
                    "tokens/forward": float(np.mean(made / nfe)),
                    "tokens/s": float(made.sum()) / medians[c.name],
@@ -291,7 +318,9 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
                                    medians[c.name]),
                    "forward ms": {str(k): 1e3 * v for k, v in costs.items()},
                    "tokens per forward by step": curve, "rows by step": decoding})
-  what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens" if task is None else
+  what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens"
+          + (f" (continuations scored by {judge} in bits per byte)" if judged is not None else "")
+          if task is None else
           f"{len(prompts)} {task} test problems (rows stop at their answer's EOS block; tokens "
           "are the answer's)")
   print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), {what}, "
@@ -301,7 +330,8 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         "canvas forwards (no cache), a scheduler's lookaheads; 'outside model': the share of the "
         "time not spent in forwards (each batched forward priced at its kind's cost: "
         + "; ".join(cost_lines) + ")")
-  columns = ["batch", "config", *(["accuracy", "mean length"] if task else []), "NFE",
+  columns = ["batch", "config", *(["accuracy", "mean length"] if task else []),
+             *(["judge bpb"] if judged is not None else []), "NFE",
              "tokens/forward", "tokens/s", "speedup", "agreement", "rows equal",
              "distinct 4-grams", "compile s", "refresh fwd", "cached fwd", "full fwd",
              "lookahead fwd", "outside model"]

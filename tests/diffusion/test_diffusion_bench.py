@@ -97,3 +97,25 @@ def test_bench_on_a_task_scores_answers_and_stops_at_eos(tmp_path, capsys):
   assert fast["accuracy"] == gsm_synth.score(texts, problems)
   assert record["task"] == "gsm-synth" and record["plots"][-1].endswith("_accuracy_vs_speed.png")
   assert "gsm-synth test problems" in capsys.readouterr().out
+
+
+def test_the_judge_prefers_its_own_greedy_continuation():
+  """An AR judge scores its own greedy continuation at fewer bits per byte than random tokens,
+  and a continuation's score depends on its prompt."""
+  import numpy as np
+
+  import jaxdec
+  from tiny import tiny_model
+
+  judge = tiny_model()
+
+  class Bytes:  # Every token is one byte.
+    def decode(self, ids):
+      return "x" * len(ids)
+
+  prompts = [[7, 8, 9], [10, 11, 12, 13]]
+  greedy = np.asarray(jaxdec.generate(judge, prompts, max_new_tokens=8).tokens)
+  noise = np.random.RandomState(0).randint(4, judge.config.vocab_size, greedy.shape)
+  own = bench.judge_bits_per_byte(judge, Bytes(), prompts, greedy)
+  assert own < bench.judge_bits_per_byte(judge, Bytes(), prompts, noise)
+  assert own != bench.judge_bits_per_byte(judge, Bytes(), prompts[::-1], greedy)
