@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdec.convert import export_hf
+from jaxdec.convert.hf_config import SUPPORTED_ARCHITECTURES
 from jaxdec.model import Model
 from jaxdec.tokenizer import Tokenizer
 from jaxdec import corpus, plots
@@ -63,6 +64,10 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   if not hasattr(cfg.trainable, "to_model"):
     raise ValueError(f"train_and_export trains and exports whole models; {cfg.name!r} trains a "
                      f"{type(cfg.trainable).__name__} (use Trainer directly)")
+  if export_dir and cfg.model.architecture not in SUPPORTED_ARCHITECTURES:
+    raise ValueError(f"{cfg.name!r} would train and then fail to export: its model's "
+                     f"architecture {cfg.model.architecture!r} is not one of "
+                     f"{SUPPORTED_ARCHITECTURES}")
   trainer = Trainer(cfg, workdir)  # First: a workdir of another model fails before data loads.
   source = corpus.source_of(cfg.data)
   tokenizer = zoo_tokenizer(source=source)

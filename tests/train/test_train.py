@@ -502,3 +502,13 @@ def test_evaluate_on_rows_scores_only_their_scored_tokens(tmp_path):
   half = np.zeros_like(tokens, bool)
   half[:, 32:] = True
   assert trainer.evaluate(corpus.Rows(tokens, half)) != pytest.approx(everything, rel=1e-4)
+
+
+def test_a_recipe_that_cannot_export_fails_before_training(tmp_path):
+  from jaxdec.train.zoo import train_and_export
+
+  cfg = _config(architecture="dream")  # The HF model_type is "Dream".
+  with pytest.raises(ValueError, match="would train and then fail to export: its model's "
+                                       "architecture 'dream'"):
+    train_and_export(cfg, str(tmp_path / "run"), str(tmp_path / "export"))
+  assert not (tmp_path / "run").exists()
