@@ -22,7 +22,7 @@ training 84%, or 97% with only the block's 32 masks after the prefix):
   canvas or only the block visible (`visible_suffix=0`), all answer 0 of 8 test problems: the
   scratchpad's structure is right but its digits collapse into repeats ("46 * 8 = 466",
   "4-4:4-4-0=4->44"). Adapting to masked diffusion costs the model the per-digit accuracy a
-  248-token scratchpad needs; not shipped.
+  ~210-token solution needs; not shipped.
 """
 
 import dataclasses
