@@ -33,7 +33,8 @@ def _prompts(seed, lengths=(3, 11, 1, 7)):
   return [rng.randint(6, 128, n).tolist() for n in lengths]
 
 
-@pytest.mark.parametrize("shifted, suffix", [(False, None), (True, None), (False, 0), (True, 3)])
+@pytest.mark.parametrize("shifted, suffix", [(False, None), (True, None), (False, 0),
+                                             pytest.param(True, 3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("scheduler", [FixedSteps(), Threshold(0.5)])
 @pytest.mark.parametrize("cache", [PrefixCache(), DualCache()])
 def test_caches_are_exact_on_a_one_layer_model(cache, scheduler, shifted, suffix):

@@ -17,11 +17,14 @@ from test_diffusion_api import dlm
 from test_diffusion_reference import MASK, prompts, run, table_model
 
 # (gen_length, block_length, steps): one block, semi-AR blocks, fewer steps than masks.
-CASES = [(16, 16, 16), (16, 8, 16), (12, 4, 6)]
+SLOW = pytest.mark.slow  # The fast set keeps one case of each method's grid.
+CASES = [(16, 8, 16), pytest.param(16, 16, 16, marks=SLOW), pytest.param(12, 4, 6, marks=SLOW)]
 
 
 @pytest.mark.parametrize("gen_length, block_length, steps", CASES)
-@pytest.mark.parametrize("easy, budget", [(0.5, 1.0), (0.7, 0.5), (0.9, 2.0), (0.0, 1.0)])
+@pytest.mark.parametrize("easy, budget", [(0.7, 0.5), pytest.param(0.5, 1.0, marks=SLOW),
+                                          pytest.param(0.9, 2.0, marks=SLOW),
+                                          pytest.param(0.0, 1.0, marks=SLOW)])
 def test_first_step_confidence_matches_reference(easy, budget, gen_length, block_length, steps):
   model = table_model(8, peak=9.0)
   ps = prompts(9)
@@ -35,7 +38,8 @@ def test_first_step_confidence_matches_reference(easy, budget, gen_length, block
 
 
 @pytest.mark.parametrize("gen_length, block_length, steps", CASES)
-@pytest.mark.parametrize("tau, persistence", [(0.5, 2), (0.8, 3), (0.3, 1)])
+@pytest.mark.parametrize("tau, persistence", [(0.5, 2), pytest.param(0.8, 3, marks=SLOW),
+                                               pytest.param(0.3, 1, marks=SLOW)])
 def test_persistence_matches_reference(tau, persistence, gen_length, block_length, steps):
   model = table_model(8, peak=9.0)
   ps = prompts(9)
@@ -97,10 +101,12 @@ def test_said_stages_are_the_checkerboard_hierarchy():
         assert np.flatnonzero(offsets == s).tolist() == want
 
 
-@pytest.mark.parametrize("gen_length, block_length, steps", [(16, 16, 12), (16, 8, 8), (16, 8, 16),
-                                                             (12, 4, 6), (8, 2, 8)])
-@pytest.mark.parametrize("num_stages, rec_steps, chlg_steps", [(3, 2, 0), (2, 1, 0), (4, 1, 0),
-                                                               (3, 1, 2), (2, 2, 3)])
+@pytest.mark.parametrize("gen_length, block_length, steps", [
+    (16, 8, 16), pytest.param(16, 16, 12, marks=SLOW), pytest.param(16, 8, 8, marks=SLOW),
+    pytest.param(12, 4, 6, marks=SLOW), pytest.param(8, 2, 8, marks=SLOW)])
+@pytest.mark.parametrize("num_stages, rec_steps, chlg_steps", [
+    (3, 1, 2), pytest.param(3, 2, 0, marks=SLOW), pytest.param(2, 1, 0, marks=SLOW),
+    pytest.param(4, 1, 0, marks=SLOW), pytest.param(2, 2, 3, marks=SLOW)])
 def test_scaffold_matches_reference(num_stages, rec_steps, chlg_steps, gen_length, block_length,
                                     steps):
   model = table_model(8, peak=9.0)
@@ -135,9 +141,11 @@ def test_bad_scaffold_settings_raise(kwargs, message):
     Scaffold(**kwargs)
 
 
-@pytest.mark.parametrize("gen_length, block_length", [(16, 16), (16, 8), (12, 4)])
+@pytest.mark.parametrize("gen_length, block_length", [
+    (16, 8), pytest.param(16, 16, marks=SLOW), pytest.param(12, 4, marks=SLOW)])
 @pytest.mark.parametrize("tau, low, high, pivots, assignments, ripple", [
-    (0.9, 0.1, 2.0, 2, 2, True), (0.7, 0.0, 3.0, 3, 1, False), (0.95, 0.5, 1.5, 1, 3, True)])
+    (0.9, 0.1, 2.0, 2, 2, True), pytest.param(0.7, 0.0, 3.0, 3, 1, False, marks=SLOW),
+    pytest.param(0.95, 0.5, 1.5, 1, 3, True, marks=SLOW)])
 def test_ripple_pivot_matches_reference(tau, low, high, pivots, assignments, ripple, gen_length,
                                         block_length):
   model = table_model(8, peak=9.0)
@@ -188,9 +196,11 @@ def test_ripple_pivots_commit_extra_tokens_each_step():
   assert (nfe // 2 < alone).all(), (nfe, alone)
 
 
-@pytest.mark.parametrize("gen_length, block_length", [(16, 4), (24, 8), (12, 4)])
+@pytest.mark.parametrize("gen_length, block_length", [
+    (16, 4), pytest.param(24, 8, marks=SLOW), pytest.param(12, 4, marks=SLOW)])
 @pytest.mark.parametrize("tau, stable, lanes, delimiters", [
-    (0.9, 0.5, 2, ()), (0.7, 2.0, 3, (5, 6, 7, 8, 9, 10, 11, 12)), (0.8, 0.25, 3, (9,))])
+    (0.8, 0.25, 3, (9,)), pytest.param(0.9, 0.5, 2, (), marks=SLOW),
+    pytest.param(0.7, 2.0, 3, (5, 6, 7, 8, 9, 10, 11, 12), marks=SLOW)])
 def test_async_lane_matches_reference(tau, stable, lanes, delimiters, gen_length, block_length):
   model = table_model(8, peak=9.0)
   ps = prompts(9)
