@@ -21,35 +21,34 @@ SLOW = pytest.mark.slow  # The fast set keeps one case of each method's grid.
 CASES = [(16, 8, 16), pytest.param(16, 16, 16, marks=SLOW), pytest.param(12, 4, 6, marks=SLOW)]
 
 
+def _assert_matches(scheduler, reference, gen_length, block_length, steps, **settings):
+  """Every row's tokens and forwards equal the numpy reference's on the peaked table model."""
+  model = table_model(8, peak=9.0)
+  ps = prompts(9)
+  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length, steps=steps,
+                    scheduler=scheduler)
+  for i, p in enumerate(ps):
+    want, want_nfe = reference(model.numpy_logits, p, gen_length, block_length, steps,
+                               mask_id=MASK, **settings)
+    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
+    assert nfe[i] == want_nfe, f"row {i}"
+
+
 @pytest.mark.parametrize("gen_length, block_length, steps", CASES)
 @pytest.mark.parametrize("easy, budget", [(0.7, 0.5), pytest.param(0.5, 1.0, marks=SLOW),
                                           pytest.param(0.9, 2.0, marks=SLOW),
                                           pytest.param(0.0, 1.0, marks=SLOW)])
 def test_first_step_confidence_matches_reference(easy, budget, gen_length, block_length, steps):
-  model = table_model(8, peak=9.0)
-  ps = prompts(9)
-  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length, steps=steps,
-                    scheduler=FirstStepConfidence(easy, budget))
-  for i, p in enumerate(ps):
-    want, want_nfe = ref.cai_generate(model.numpy_logits, p, gen_length, block_length, steps,
-                                      mask_id=MASK, easy=easy, budget=budget)
-    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
-    assert nfe[i] == want_nfe, f"row {i}"
+  _assert_matches(FirstStepConfidence(easy, budget), ref.cai_generate, gen_length, block_length,
+                  steps, easy=easy, budget=budget)
 
 
 @pytest.mark.parametrize("gen_length, block_length, steps", CASES)
 @pytest.mark.parametrize("tau, persistence", [(0.5, 2), pytest.param(0.8, 3, marks=SLOW),
                                                pytest.param(0.3, 1, marks=SLOW)])
 def test_persistence_matches_reference(tau, persistence, gen_length, block_length, steps):
-  model = table_model(8, peak=9.0)
-  ps = prompts(9)
-  tokens, nfe = run(model, ps, gen_length=gen_length, block_length=block_length, steps=steps,
-                    scheduler=Persistence(tau, persistence))
-  for i, p in enumerate(ps):
-    want, want_nfe = ref.cora_generate(model.numpy_logits, p, gen_length, block_length, steps,
-                                       mask_id=MASK, tau=tau, persistence=persistence)
-    np.testing.assert_array_equal(tokens[i], want, err_msg=f"row {i}")
-    assert nfe[i] == want_nfe, f"row {i}"
+  _assert_matches(Persistence(tau, persistence), ref.cora_generate, gen_length, block_length,
+                  steps, tau=tau, persistence=persistence)
 
 
 @pytest.mark.parametrize("scheduler", [FirstStepConfidence(easy=1.0, budget=1.0),
