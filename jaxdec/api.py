@@ -294,7 +294,9 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
       decoded.
     visible_suffix: None (LLaDA, Dream): the model sees the whole canvas, the masks of every
       later block included; k >= 0: only k positions after the active window, the rest hidden
-      from attention (0: as block-diffusion models decode).
+      from attention (0: as block-diffusion models decode). A `BlockCausal` model (block
+      diffusion) never sees later blocks whatever this is; block_length must equal its
+      block_size.
 
   Returns:
     DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `stats` (`nfe` per row,
@@ -315,9 +317,6 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
   steps = decoding.positive_int("steps", steps)
   if gen_length % block_length:
     raise ValueError(f"gen_length={gen_length} is not a multiple of block_length={block_length}")
-  if visible_suffix is not None and (isinstance(visible_suffix, bool) or
-                                     not isinstance(visible_suffix, int) or visible_suffix < 0):
-    raise ValueError(f"visible_suffix must be None or an int >= 0, got {visible_suffix!r}")
   num_blocks = gen_length // block_length
   if steps % num_blocks:
     raise ValueError(f"steps={steps} is not divisible by the number of blocks "

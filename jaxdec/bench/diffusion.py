@@ -246,6 +246,51 @@ def decomposition(c: Config, counts: dict, nfe: np.ndarray, block_length: int,
           "outside model": (seconds - model_s) / seconds}
 
 
+def _rows(chosen, batch_size, results, counts, first_call, medians, costs, *, task, tokenizer,
+          problems, judged, prompts, gen_length, block_length) -> list[dict]:
+  """One table row per configuration of one batch size, compared with the first (the baseline)."""
+  base_tokens = results[chosen[0].name][0]
+  rows = []
+  for c in chosen:
+    tokens, nfe, committed, lengths = results[c.name]
+    same = tokens == base_tokens
+    curve, decoding = per_forward(committed, nfe)
+    made = lengths if task is not None else np.full_like(nfe, gen_length)  # Tokens per row.
+    extra = {} if task is None else {"accuracy": _score(tokenizer, problems, tokens, lengths),
+                                     "mean length": float(lengths.mean())}
+    if judged is not None:
+      extra["judge bpb"] = judge_bits_per_byte(judged, tokenizer, prompts, tokens)
+    rows.append({"batch": batch_size, "config": c.name, **extra, "NFE": float(nfe.mean()),
+                 "tokens/forward": float(np.mean(made / nfe)),
+                 "tokens/s": float(made.sum()) / medians[c.name],
+                 "speedup": medians[chosen[0].name] / medians[c.name],
+                 "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
+                 "distinct 4-grams": distinct_ngrams(tokens),
+                 "compile s": max(first_call[c.name] - medians[c.name], 0.0),
+                 **decomposition(c, counts[c.name], nfe, block_length, costs,
+                                 medians[c.name]),
+                 "forward ms": {str(k): 1e3 * v for k, v in costs.items()},
+                 "tokens per forward by step": curve, "rows by step": decoding})
+  return rows
+
+
+def _print_header(model_path, model, prompts, prompt_tokens, task, judge, gen_length, block_length,
+                  repeats, baseline, cost_lines) -> None:
+  """What the table measured, and how ('judge': the AR model that scored continuations, or None)."""
+  what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens"
+          + (f" (continuations scored by {judge} in bits per byte)" if judge else "")
+          if task is None else
+          f"{len(prompts)} {task} test problems (rows stop at their answer's EOS block; tokens "
+          "are the answer's)")
+  print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), {what}, "
+        f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs; "
+        f"speedup and agreement vs '{baseline}' at the same batch size")
+  print("forwards per row by kind: a cache's block-start refresh, its cached window steps, full "
+        "canvas forwards (no cache), a scheduler's lookaheads; 'outside model': the share of the "
+        "time not spent in forwards (each batched forward priced at its kind's cost: "
+        + "; ".join(cost_lines) + ")")
+
+
 def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int | None = None, block_length: int = 32, prompt_tokens: int = 128,
         repeats: int = 3, names: list[str] | None = None, out: str | None = None,
@@ -298,39 +343,11 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
     cost_lines.append(f"batch {batch_size}: " + ", ".join(
         f"{k if isinstance(k, str) else f'cached {k[1]}'} {1e3 * v:.1f} ms"
         for k, v in costs.items()))
-    base_tokens = results[known[0]][0]
-    for c in chosen:
-      tokens, nfe, committed, lengths = results[c.name]
-      same = tokens == base_tokens
-      curve, decoding = per_forward(committed, nfe)
-      made = lengths if task is not None else np.full_like(nfe, gen_length)  # Tokens per row.
-      extra = {} if task is None else {"accuracy": _score(tokenizer, problems, tokens, lengths),
-                                       "mean length": float(lengths.mean())}
-      if judged is not None:
-        extra["judge bpb"] = judge_bits_per_byte(judged, tokenizer, prompts, tokens)
-      rows.append({"batch": batch_size, "config": c.name, **extra, "NFE": float(nfe.mean()),
-                   "tokens/forward": float(np.mean(made / nfe)),
-                   "tokens/s": float(made.sum()) / medians[c.name],
-                   "speedup": medians[known[0]] / medians[c.name],
-                   "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
-                   "distinct 4-grams": distinct_ngrams(tokens),
-                   "compile s": max(first_call[c.name] - medians[c.name], 0.0),
-                   **decomposition(c, counts[c.name], nfe, block_length, costs,
-                                   medians[c.name]),
-                   "forward ms": {str(k): 1e3 * v for k, v in costs.items()},
-                   "tokens per forward by step": curve, "rows by step": decoding})
-  what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens"
-          + (f" (continuations scored by {judge} in bits per byte)" if judged is not None else "")
-          if task is None else
-          f"{len(prompts)} {task} test problems (rows stop at their answer's EOS block; tokens "
-          "are the answer's)")
-  print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), {what}, "
-        f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs; "
-        f"speedup and agreement vs '{known[0]}' at the same batch size")
-  print("forwards per row by kind: a cache's block-start refresh, its cached window steps, full "
-        "canvas forwards (no cache), a scheduler's lookaheads; 'outside model': the share of the "
-        "time not spent in forwards (each batched forward priced at its kind's cost: "
-        + "; ".join(cost_lines) + ")")
+    rows += _rows(chosen, batch_size, results, counts, first_call, medians, costs, task=task,
+                  tokenizer=tokenizer, problems=problems, judged=judged, prompts=prompts,
+                  gen_length=gen_length, block_length=block_length)
+  _print_header(model_path, model, prompts, prompt_tokens, task, judge if judged is not None
+                else None, gen_length, block_length, repeats, known[0], cost_lines)
   columns = ["batch", "config", *(["accuracy", "mean length"] if task else []),
              *(["judge bpb"] if judged is not None else []), "NFE",
              "tokens/forward", "tokens/s", "speedup", "agreement", "rows equal",

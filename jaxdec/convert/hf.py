@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import save_file
 
-from jaxdec.convert.hf_config import config_to_hf, read_hf_config
+from jaxdec.convert.hf_config import SHIFTED_DLLMS, config_to_hf, read_hf_config
 from jaxdec.convert.hf_weights import iter_checkpoint_tensors, params_from_hf_tensors, params_to_hf_tensors
 from jaxdec.model import Model
 
@@ -33,19 +34,40 @@ def _to_device(params):
   return jax.tree.map(jnp.asarray, params)
 
 
+def _needs_zero_biases(config) -> bool:
+  return not config.qkv_bias and config.architecture in ("qwen2",) + SHIFTED_DLLMS
+
+
+def exportable_config(config):
+  """The config `export_hf` writes: Qwen2-based layouts (qwen2, Dream, Fast-dLLM v2) always hold
+  q/k/v biases, so a model without them is exported with zero ones (the same function)."""
+  return dataclasses.replace(config, qkv_bias=True) if _needs_zero_biases(config) else config
+
+
+def _exportable(model: Model) -> Model:
+  if not _needs_zero_biases(model.config):
+    return model
+  c, dtype = model.config, model.params["embed"].dtype
+  zeros = lambda heads: jnp.zeros((c.num_layers, heads, c.head_dim), dtype)
+  layers = dict(model.params["layers"], bq=zeros(c.num_heads), bk=zeros(c.num_kv_heads),
+                bv=zeros(c.num_kv_heads))
+  return Model(config=exportable_config(c), params=dict(model.params, layers=layers))
+
+
 def export_hf(model: Model, tokenizer, out_dir: str) -> str:
   """Write `model` (and `tokenizer`, if given) as an HF directory (config.json,
   generation_config.json, model.safetensors); returns `out_dir`. What loads it:
 
   - causal llama / qwen2 / qwen3 / mistral / gemma2 / gemma3_text:
     `transformers.AutoModelForCausalLM.from_pretrained` (same logits) and `jaxdec.load`.
-  - masked-diffusion llada / Dream: `jaxdec.load`. transformers has no class for them (it
+  - masked-diffusion llada / Dream / Fast-dLLM v2 (block diffusion): `jaxdec.load`. transformers has no class for them (it
     raises on the unknown model_type): the directory follows the original checkpoints' config
     fields and tensor names but carries none of their remote code. Copying the model's own
     `configuration_*.py` / `modeling_*.py` and the config's `auto_map` in from the original
     checkpoint is what `transformers.AutoModel.from_pretrained(out_dir, trust_remote_code=True)`
     would need (untested here: jaxdec ships no remote code).
   """
+  model = _exportable(model)
   os.makedirs(out_dir, exist_ok=True)
   dtype_name = np.dtype(model.dtype).name
   with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -16,11 +16,12 @@ import os
 from typing import Any
 
 from jaxdec.model.config import ModelConfig, RopeScaling
-from jaxdec.model.masks import Bidirectional, Causal
+from jaxdec.model.masks import Bidirectional, BlockCausal, Causal
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 GEMMA_FAMILY = ("gemma2", "gemma3_text")
-SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + GEMMA_FAMILY + ("llada", "Dream")
+SHIFTED_DLLMS = ("Dream", "Fast_dLLM_Qwen")  # Qwen2-based, shifted, with a mask token.
+SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + GEMMA_FAMILY + ("llada",) + SHIFTED_DLLMS
 _CLASS_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
                 "gemma2": "Gemma2", "gemma3_text": "Gemma3"}
 
@@ -98,7 +99,7 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
   arch = raw.get("model_type")
   if arch == "llada":
     return _llada_config(raw)
-  if arch == "Dream":
+  if arch in SHIFTED_DLLMS:
     return _dream_config(raw, generation)
   if arch in GEMMA_FAMILY:
     return _gemma_config(raw, generation)
@@ -160,7 +161,7 @@ def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
   arch = config.architecture
   if arch == "llada":
     return _llada_to_hf(config, dtype_name)
-  if arch == "Dream":
+  if arch in SHIFTED_DLLMS:
     return _dream_to_hf(config, dtype_name)
   if arch in GEMMA_FAMILY:
     return _gemma_to_hf(config, dtype_name)
@@ -464,31 +465,49 @@ def _llada_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
 
 
 # Dream (remote code `DreamModel`, model_type "Dream"): Qwen2 weights and fields, full attention,
-# a mask token, and shifted logits (AR-initialised: position i predicts token i + 1).
+# a mask token, and shifted logits (AR-initialised: position i predicts token i + 1). Fast-dLLM v2
+# (remote code `Fast_dLLM_QwenForCausalLM`, model_type "Fast_dLLM_Qwen"): the same with
+# block-causal attention over `bd_size`-token blocks (block diffusion); its released config names
+# the mask token only in the tokenizer, so jaxdec writes `mask_token_id` into config.json as well.
 _DREAM_IGNORED = _IGNORED | {"auto_map"}
+_CLASSES = {"Dream": "DreamModel", "Fast_dLLM_Qwen": "Fast_dLLM_QwenForCausalLM"}
 
 
 def _dream_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> ModelConfig:
-  qwen2 = {k: v for k, v in raw.items() if k not in ("mask_token_id", "auto_map")}
+  arch = raw["model_type"]
+  qwen2 = {k: v for k, v in raw.items() if k not in ("mask_token_id", "auto_map", "bd_size")}
   unknown = set(qwen2) - set(_DREAM_IGNORED) - set(_REQUIRED_VALUES) - {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
       "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
       "rope_scaling", "rope_parameters", "tie_word_embeddings", "bos_token_id", "eos_token_id",
       "pad_token_id", "sliding_window", "layer_types"}
   if unknown:
-    raise ValueError(f"unhandled config fields for Dream: {sorted(unknown)}")
+    raise ValueError(f"unhandled config fields for {arch}: {sorted(unknown)}")
   if "mask_token_id" not in raw:
-    raise ValueError("a Dream config needs mask_token_id")
+    raise ValueError(f"a {arch} config needs mask_token_id (add the tokenizer's mask token id)")
+  if arch == "Fast_dLLM_Qwen":
+    if "bd_size" not in raw:
+      raise ValueError("a Fast_dLLM_Qwen config needs bd_size (its block size)")
+    attention = BlockCausal(raw["bd_size"])
+  else:
+    attention = Bidirectional()
   base = config_from_hf(dict(qwen2, model_type="qwen2"), generation)
-  return dataclasses.replace(base, attention=Bidirectional(), shifted_logits=True, architecture="Dream",
+  return dataclasses.replace(base, attention=attention, shifted_logits=True, architecture=arch,
                              mask_token_id=raw["mask_token_id"])
 
 
 def _dream_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
-  if config.is_causal or not config.shifted_logits or config.mask_token_id is None:
-    raise ValueError("a Dream checkpoint is bidirectional, shifted, with a mask_token_id")
+  arch = config.architecture
+  if (config.is_causal or not config.shifted_logits or config.mask_token_id is None
+      or isinstance(config.attention, BlockCausal) != (arch == "Fast_dLLM_Qwen")):
+    raise ValueError(f"a {arch} checkpoint is shifted, with a mask_token_id, and "
+                     f"{'block-causal' if arch == 'Fast_dLLM_Qwen' else 'bidirectional'}; got "
+                     f"attention={config.attention!r}, shifted_logits={config.shifted_logits}, "
+                     f"mask_token_id={config.mask_token_id}")
   qwen2 = dataclasses.replace(config, attention=Causal(), shifted_logits=False, architecture="qwen2",
                               mask_token_id=None)
   out = config_to_hf(qwen2, dtype_name)
-  out.update(architectures=["DreamModel"], model_type="Dream", mask_token_id=config.mask_token_id)
+  out.update(architectures=[_CLASSES[arch]], model_type=arch, mask_token_id=config.mask_token_id)
+  if isinstance(config.attention, BlockCausal):
+    out["bd_size"] = config.attention.block_size
   return out

@@ -24,7 +24,7 @@ from jaxdec.diffusion.caches import CanvasView, DiffusionCache, NoCache
 from jaxdec.diffusion.llada import FixedSteps
 from jaxdec.diffusion.proposals import EosFlags, position_keys, propose
 from jaxdec.diffusion.schedulers import Scheduler, StepView, rank_confidence
-from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.model import BlockCausal, KVCache, ModelConfig, decode_hidden, embed, unembed
 
 
 class Denoiser(Protocol):
@@ -52,10 +52,12 @@ def gather_rows(a: jax.Array, index: jax.Array) -> jax.Array:
 
 @struct.dataclass
 class ModelDenoiser:
-  """A jaxdec decoder as a Denoiser (only the window's logits are projected to the vocabulary)."""
+  """A jaxdec decoder as a Denoiser (only the window's logits are projected to the vocabulary).
+  `offsets` i32[B] (optional) are added to every position: see `aligned_offsets`."""
 
   params: dict
   config: ModelConfig = struct.field(pytree_node=False)
+  offsets: jax.Array | None = None
 
   @property
   def mask_token_id(self) -> int:
@@ -66,6 +68,8 @@ class ModelDenoiser:
     return self.config.shifted_logits
 
   def hidden(self, tokens, positions, cache, valid_lengths):
+    if self.offsets is not None:
+      positions = positions + self.offsets[:, None]
     h, _, cache = decode_hidden(self.params, embed(self.params, tokens), positions, cache,
                                 config=self.config, valid_lengths=valid_lengths)
     return h, cache
@@ -75,6 +79,19 @@ class ModelDenoiser:
 
   def init_cache(self, batch, length):
     return KVCache.init(self.config, batch, length, dtype=self.params["embed"].dtype)
+
+
+def aligned_offsets(config: ModelConfig, prompt_lengths: jax.Array, block_length: int):
+  """i32[B] position offsets that start each row's generation on a block boundary of a
+  `BlockCausal` model (None for other patterns). Its attention cuts blocks at multiples of
+  `block_size` *positions*, while decoding starts a block right after each prompt; RoPE is
+  relative, so shifting a row's positions changes nothing but where the pattern cuts."""
+  if not isinstance(config.attention, BlockCausal):
+    return None
+  if block_length != config.attention.block_size:
+    raise ValueError(f"block_length {block_length} must equal the model's BlockCausal block_size "
+                     f"{config.attention.block_size}: its attention cuts blocks there")
+  return (-jnp.asarray(prompt_lengths, jnp.int32)) % block_length
 
 
 @struct.dataclass
@@ -301,7 +318,8 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                        stop_tokens: jax.Array | None = None,
                        eos: EosFlags = EosFlags(), stop_early: bool = False,
                        visible_suffix: int | None = None) -> DecodeOutput:
-  """Masked-diffusion decoding with a bidirectional jaxdec model (LLaDA, Dream, pycode-dlm).
+  """Masked-diffusion decoding with a bidirectional (LLaDA, Dream, pycode-dlm) or block-causal
+  (block diffusion: gsm-dlm) jaxdec model.
 
   Args:
     prompt: i32[B, P] right-padded prompts; prompt_lengths: i32[B], each >= 1.
@@ -327,7 +345,10 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
     visible_suffix: static; None (LLaDA, Dream): the model sees the whole canvas, every later
       block's masks included; k: only the first k positions after the active window (0: none,
       as block-diffusion models decode), the rest hidden from attention. A model that has not
-      learned to ignore hundreds of masks predicts the next block better without them.
+      learned to ignore hundreds of masks predicts the next block better without them. A
+      `BlockCausal` model (block diffusion) never sees later blocks whatever this is, and
+      block_length must equal its block_size (its positions are shifted per row so each
+      generation starts on a block of its pattern: `aligned_offsets`).
 
   Returns:
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
@@ -344,7 +365,8 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                      "(an autoregressive model: use jaxdec.generate)")
   if config.mask_token_id is None:
     raise ValueError("the diffusion sampler needs a model with a mask_token_id")
-  return denoise(ModelDenoiser(params, config), prompt, prompt_lengths, key,
+  denoiser = ModelDenoiser(params, config, aligned_offsets(config, prompt_lengths, block_length))
+  return denoise(denoiser, prompt, prompt_lengths, key,
                  gen_length=gen_length, block_length=block_length, steps=steps,
                  scheduler=scheduler, cache=cache, temperature=temperature, cfg_scale=cfg_scale,
                  stop_tokens=stop_tokens, eos=eos, pad_id=default_pad_id(config),

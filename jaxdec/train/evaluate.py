@@ -12,8 +12,8 @@ import numpy as np
 import optax
 
 from jaxdec.decoding import positions
-from jaxdec.model import Model, ModelConfig, forward
-from jaxdec.train.objectives import MaskedDiffusion
+from jaxdec.model import BlockCausal, Model, ModelConfig, forward
+from jaxdec.train.objectives import BlockDiffusion, MaskedDiffusion
 
 def eval_window(path: str, config: ModelConfig) -> int:
   """The window `jaxdec eval` uses for the model at `path`: the seq_len of the recipe it was
@@ -57,9 +57,11 @@ def _ar_nll(params, tokens, valid, *, config: ModelConfig):
 @functools.partial(jax.jit, static_argnames=("config",))
 def _dlm_nll(params, tokens, valid, key, t, *, config: ModelConfig):
   """Sum over the batch of the 1/p-weighted masked CE at ratio t (padding never masked; a
-  shifted model's token i scored by output i - 1, its first token by none)."""
-  per_seq, _, _ = MaskedDiffusion().weighted_nll(params, tokens, key, config,
-                                                 t=jnp.full((tokens.shape[0],), t), scored=valid)
+  shifted model's token i scored by output i - 1, its first token by none); a block-causal
+  model's block by block, each given the clean blocks before it."""
+  objective = BlockDiffusion() if isinstance(config.attention, BlockCausal) else MaskedDiffusion()
+  per_seq, _, _ = objective.weighted_nll(params, tokens, key, config,
+                                         t=jnp.full((tokens.shape[0],), t), scored=valid)
   return jnp.sum(per_seq)
 
 

@@ -19,7 +19,7 @@ import optax
 from flax import struct
 
 from jaxdec.decoding import positions
-from jaxdec.model import ModelConfig, forward
+from jaxdec.model import BlockCausal, ModelConfig, forward
 
 
 def _positions(tokens: jax.Array) -> jax.Array:
@@ -153,6 +153,97 @@ class MaskedDiffusion:
       loss = loss + self.certainty_weight * certainty
       metrics["correct_entropy"] = certainty
     return loss, metrics
+
+
+def block_ids(scored: jax.Array, size: int) -> jax.Array:
+  """i32[B, L], non-decreasing along each row: the block of every position, for a model whose
+  attention is `BlockCausal(size)`. Blocks are counted from the first scored token of each
+  completion, where decoding starts its first block; the prompt before it is cut into blocks
+  backwards from there, as positions aligned to that start cut it (see `diffusion_generate`)."""
+  batch, length = scored.shape
+  where = jnp.arange(length, dtype=jnp.int32)[None, :]
+  starts = scored & ~jnp.pad(scored[:, :-1], ((0, 0), (1, 0)))
+  last = jax.lax.cummax(jnp.where(starts, where, -1), axis=1)
+  following = jax.lax.cummin(jnp.where(starts, where, length), axis=1, reverse=True)
+  anchor = jnp.where(scored, last, following)  # The start of the completion a position belongs to.
+  doc = jnp.take_along_axis(jnp.cumsum(starts, axis=1, dtype=jnp.int32),
+                            jnp.minimum(anchor, length - 1), axis=1)
+  doc = jnp.where(anchor < length, doc, doc + 1)  # Trailing positions: after the last completion.
+  span = 2 * (length // size + 2)  # More blocks than any one document's offsets reach.
+  return doc * span + jnp.floor_divide(where - anchor, size)
+
+
+@struct.dataclass
+class BlockDiffusion:
+  """Block diffusion (BD3-LM; Fast-dLLM v2's adaptation of an AR model) for a `BlockCausal` model:
+  bidirectional inside a block, causal across blocks, so decoding a block never revisits earlier
+  ones and their KV cache is exact. A row runs once as [clean | noisy] (2L tokens, RoPE positions
+  repeated): clean tokens attend block-causally, as a decoded prefix does; each noisy block
+  attends to the clean blocks before it and to itself. So every block of every row is trained in
+  one forward (a `MaskedDiffusion(block=...)` row trains one block). Each block is masked at its
+  own ratio t ~ U(0, 1) (p = (1 - eps) t + eps, CE weighted 1/p: the sum over blocks of each
+  block's ELBO), only scored tokens are masked, and the loss is divided by the scored count.
+  Shifted (Dream) configs predict token i from output i - 1: inside a block the noisy one, at a
+  block's first token the clean one, i.e. the AR next-token prediction, as when decoding."""
+
+  eps: float = struct.field(pytree_node=False, default=1e-3)
+  # Fraction of blocks masked only from a random offset on (at the block's ratio), as a block
+  # looks when decoding commits mostly left to right: the tokens before the cut are all given.
+  # Those blocks' terms bound the NLL of the tokens after the cut given the rest, so the loss is
+  # no longer the data's ELBO.
+  suffix_fraction: float = struct.field(pytree_node=False, default=0.0)
+
+  def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
+    """(f32[B]: sum over masked positions of CE / p_mask, masked bool[B, L], logits aligned with
+    the tokens they predict); `t` f32[B] fixes every block's ratio (an ELBO level)."""
+    if not isinstance(config.attention, BlockCausal) or config.mask_token_id is None:
+      raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with mask_token_id "
+                       f"set, got attention={config.attention!r}, mask_token_id={config.mask_token_id}")
+    batch, length = tokens.shape
+    scored = jnp.ones(tokens.shape, bool) if scored is None else scored
+    blocks = block_ids(scored, config.attention.block_size)
+    if config.shifted_logits:  # Output i - 1 predicts token i; the first token has none.
+      scored &= jnp.arange(length)[None, :] > 0
+    t_key, m_key, s_key, c_key = jax.random.split(key, 4)
+    # Per-block draws: index a row of draws by the block's rank in the row.
+    rank = jnp.cumsum(jnp.diff(blocks, axis=1, prepend=blocks[:, :1]) > 0, axis=1)
+    per_block = lambda k: jnp.take_along_axis(jax.random.uniform(k, (batch, length)), rank, axis=1)
+    if t is None:
+      ratio = per_block(t_key)
+    else:
+      ratio = jnp.broadcast_to(jnp.asarray(t, jnp.float32)[:, None], tokens.shape)
+    p_mask = (1.0 - self.eps) * ratio + self.eps
+    masked = scored & (jax.random.uniform(m_key, tokens.shape) < p_mask)
+    if self.suffix_fraction:
+      where = jnp.arange(length, dtype=jnp.int32)[None, :]
+      first = jax.lax.cummax(jnp.where(jnp.diff(blocks, axis=1, prepend=blocks[:, :1] - 1) > 0,
+                                       where, 0), axis=1)
+      size = config.attention.block_size
+      cut = jnp.floor(per_block(c_key) * size).astype(jnp.int32)
+      masked &= (per_block(s_key) >= self.suffix_fraction) | (where - first >= cut)
+    noisy = jnp.where(masked, config.mask_token_id, tokens)
+    q, k = blocks[:, :, None], blocks[:, None, :]
+    visible = jnp.concatenate([jnp.concatenate([k <= q, jnp.zeros_like(q == k)], axis=2),
+                               jnp.concatenate([k < q, k == q], axis=2)], axis=1)
+    pos = _positions(tokens)
+    logits, _, _ = forward(params, jnp.concatenate([tokens, noisy], axis=1),
+                           jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
+    clean, noisy_logits = logits[:, :length], logits[:, length:]
+    if config.shifted_logits:
+      inside = jnp.concatenate([jnp.zeros((batch, 1), bool), blocks[:, 1:] == blocks[:, :-1]], axis=1)
+      shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
+      logits = jnp.where(inside[..., None], shift(noisy_logits), shift(clean))
+    else:
+      logits = noisy_logits
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
+    return jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1), masked, logits
+
+  def loss(self, params, tokens, key, *, part, target=None, scored=None):
+    del target
+    per_seq, masked, _ = self.weighted_nll(params, tokens, key, part.config, scored=scored)
+    count = tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1)
+    loss = jnp.sum(per_seq) / count
+    return loss, {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
 
 
 @struct.dataclass

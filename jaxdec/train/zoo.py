@@ -12,12 +12,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxdec.convert import export_hf
-from jaxdec.convert.hf_config import SUPPORTED_ARCHITECTURES
+from jaxdec.convert.hf import exportable_config
+from jaxdec.convert.hf_config import config_to_hf
 from jaxdec.model import Model
 from jaxdec.tokenizer import Tokenizer
 from jaxdec import corpus, plots
 from jaxdec.train.evaluate import bits_per_byte
-from jaxdec.train.objectives import MaskedDiffusion, NextToken
+from jaxdec.train.objectives import BlockDiffusion, MaskedDiffusion, NextToken
 from jaxdec.train.tokenizer import train_bpe
 from jaxdec.train.trainer import TrainConfig, Trainer
 from jaxdec.zoo import METADATA_FILE
@@ -64,10 +65,11 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   if not hasattr(cfg.trainable, "to_model"):
     raise ValueError(f"train_and_export trains and exports whole models; {cfg.name!r} trains a "
                      f"{type(cfg.trainable).__name__} (use Trainer directly)")
-  if export_dir and cfg.model.architecture not in SUPPORTED_ARCHITECTURES:
-    raise ValueError(f"{cfg.name!r} would train and then fail to export: its model's "
-                     f"architecture {cfg.model.architecture!r} is not one of "
-                     f"{SUPPORTED_ARCHITECTURES}")
+  if export_dir:
+    try:
+      config_to_hf(exportable_config(cfg.model), "float32")
+    except ValueError as e:
+      raise ValueError(f"{cfg.name!r} would train and then fail to export: {e}") from e
   trainer = Trainer(cfg, workdir)  # First: a workdir of another model fails before data loads.
   source = corpus.source_of(cfg.data)
   tokenizer = zoo_tokenizer(source=source)
@@ -126,7 +128,8 @@ def _maybe_plot(cfg: TrainConfig, workdir: str, meta: dict, plot: bool | None) -
 def _loss_is_nll(objective) -> bool:
   """Whether the objective's loss is a nats-per-token NLL (bound), convertible to bits per byte."""
   return (isinstance(objective, NextToken)
-          or (isinstance(objective, MaskedDiffusion) and not objective.certainty_weight))
+          or (isinstance(objective, MaskedDiffusion) and not objective.certainty_weight)
+          or (isinstance(objective, BlockDiffusion) and not objective.suffix_fraction))
 
 
 def plot_training(cfg: TrainConfig, workdir: str, meta: dict) -> str:

@@ -1,14 +1,16 @@
-"""LLaDA and Dream checkpoint formats: written by export_hf, read back by load, names checked."""
+"""LLaDA, Dream and Fast-dLLM v2 checkpoint formats: written by export_hf, read back by load,
+names checked."""
 
 import json
 import os
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
 import jaxdec
-from jaxdec.model import Bidirectional
+from jaxdec.model import Bidirectional, BlockCausal, forward
 from jaxdec.model.params import flatten
 from tiny import tiny_model
 
@@ -16,9 +18,11 @@ from tiny import tiny_model
 @pytest.mark.parametrize("arch, overrides, some_tensor", [
     ("llada", dict(tie_word_embeddings=False), "model.transformer.blocks.1.attn_out.weight"),
     ("Dream", dict(qkv_bias=True, shifted_logits=True), "model.layers.0.self_attn.q_proj.bias"),
+    ("Fast_dLLM_Qwen", dict(qkv_bias=True, shifted_logits=True, attention=BlockCausal(8)),
+     "model.layers.0.self_attn.q_proj.bias"),
 ])
 def test_export_and_load_roundtrip(tmp_path, arch, overrides, some_tensor):
-  model = tiny_model(architecture=arch, attention=Bidirectional(), mask_token_id=5, **overrides)
+  model = tiny_model(architecture=arch, mask_token_id=5, **{"attention": Bidirectional(), **overrides})
   out = jaxdec.export_hf(model, None, str(tmp_path / arch))
   names = set(load_file(os.path.join(out, "model.safetensors")))
   assert some_tensor in names
@@ -28,6 +32,30 @@ def test_export_and_load_roundtrip(tmp_path, arch, overrides, some_tensor):
   assert again.config == model.config
   for name, value in flatten(model.params).items():
     np.testing.assert_array_equal(flatten(again.params)[name], value)
+
+
+def test_qwen2_layouts_export_a_model_without_biases_with_zero_ones(tmp_path):
+  """Dream and Fast-dLLM v2 files always hold q/k/v biases (Qwen2's); a Llama-style model (the
+  zoo's, adapted from gsm-ar) is written with zeros, and reads back as the same function."""
+  model = tiny_model(architecture="Fast_dLLM_Qwen", attention=BlockCausal(8), mask_token_id=5,
+                     shifted_logits=True)
+  again = jaxdec.load(jaxdec.export_hf(model, None, str(tmp_path / "m")))
+  assert again.config.qkv_bias and again.config.attention == BlockCausal(8)
+  tokens = jnp.arange(2, 18)[None, :]
+  where = jnp.arange(16)[None, :]
+  np.testing.assert_allclose(forward(again.params, tokens, where, config=again.config)[0],
+                             forward(model.params, tokens, where, config=model.config)[0], atol=1e-5)
+
+
+def test_fast_dllm_config_needs_its_block_size():
+  from jaxdec.convert import config_from_hf
+
+  raw = {"model_type": "Fast_dLLM_Qwen", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 64, "mask_token_id": 5}
+  with pytest.raises(ValueError, match="needs bd_size"):
+    config_from_hf(raw)
+  assert config_from_hf(dict(raw, bd_size=32)).attention == BlockCausal(32)
 
 
 def test_llada_config_allowlist():

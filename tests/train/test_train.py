@@ -508,7 +508,7 @@ def test_a_recipe_that_cannot_export_fails_before_training(tmp_path):
   from jaxdec.train.zoo import train_and_export
 
   cfg = _config(architecture="dream")  # The HF model_type is "Dream".
-  with pytest.raises(ValueError, match="would train and then fail to export: its model's "
+  with pytest.raises(ValueError, match="would train and then fail to export: cannot export "
                                        "architecture 'dream'"):
     train_and_export(cfg, str(tmp_path / "run"), str(tmp_path / "export"))
   assert not (tmp_path / "run").exists()

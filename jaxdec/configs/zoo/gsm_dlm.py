@@ -1,35 +1,30 @@
-"""gsm-dlm: a masked-diffusion LM on gsm-synth in Dream's layout (bidirectional, shifted: output
-i - 1 predicts token i, so gsm-ar's next-token head stays in use), initialised from gsm-ar's
-weights and adapted with the masked-diffusion objective on gsm-ar's packed problems, with
-LLaDA's SFT rules: the question is never masked and the loss is on the solution only, whose EOS
-is repeated to the end of its last 32-token block (`Packed(eos_block=32)`). 80% of the rows are
-laid out as semi-autoregressive decoding sees them (`MaskedDiffusion(block=32)`): a clean prefix,
-a block masked at ratio t and scored, every later position masked. A step costs what a gsm-ar
-step does (1300 steps: ~53 min alone).
+"""gsm-dlm: a block-diffusion LM on gsm-synth in Fast-dLLM v2's layout (block-causal attention
+over 32-token blocks, shifted logits: output i - 1 predicts token i, a mask token), initialised
+from gsm-ar's weights and trained with `BlockDiffusion`: each packed row runs once as
+[clean | noisy], so every block of every problem is trained in one step (blocks start at each
+solution's first token, as decoding's do); the question is never masked, the loss is on the
+solution, whose EOS is repeated to the end of its last block (`Packed(eos_block=32)`). A
+block-causal model's prefix cache is exact. 600 steps x 4 rows x 576 tokens (1152 per forward):
+~48 min alone (64 min measured beside probes).
 
-Measured: it does not solve problems yet, in any layout tried (1300 steps each; "offset 0" is
-the accuracy of the token right after a clean prefix with the rest of the 448-token canvas
-masked, on 4 test problems; gsm-ar predicts it 100% right, its weights in this layout before
-training 84%, or 97% with only the block's 32 masks after the prefix):
-- LLaDA layout (unshifted), random ratio over the solution, half the rows with a clean prefix:
-  validation ELBO 0.46 nats per solution token; 95% / 83% / 23% of masked tokens right at 10% /
-  50% / 90% masking; decodes garbage.
-- Dream layout, the same rows: ELBO 0.76 at step 250 (LLaDA layout 0.99); offset 0: 90% at step
-  400. Stopped there.
-- Dream layout with block rows (this recipe): validation loss (block rows) 0.22 -> 0.10, still
-  falling; offset 0 stays ~90%, offsets 1-3 ~40-55%, 4-31 ~20%. LLaDA decoding (one token per
-  forward), threshold 0.9 + dual cache, and even strictly left-to-right decoding, with the whole
-  canvas or only the block visible (`visible_suffix=0`), all answer 0 of 8 test problems: the
-  scratchpad's structure is right but its digits collapse into repeats ("46 * 8 = 466",
-  "4-4:4-4-0=4->44"). Adapting to masked diffusion costs the model the per-digit accuracy a
-  ~210-token solution needs; not shipped.
+Measured: it does not solve problems yet (not shipped). This recipe: validation loss (the block
+ELBO, nats per solution token) 1.01 at step 250, 0.66 at 600, still falling. Argmax accuracy
+with the block cleared after a clean prefix, 4 test problems: offset 0 (the AR path) 100%,
+offsets 1-3 78%, 4-31 43%. 8 test problems with the prefix cache: LLaDA order 0/8, threshold 0.9
+0/8 at 2.09 tokens per forward, strictly left to right 0/8: after offset 0 the predictions come
+from inside the noisy block and are not AR-accurate yet, so column arithmetic goes wrong
+("85 * 9 = 595"). 150 more steps with half the blocks masked from a random offset on
+(`BlockDiffusion(suffix_fraction=0.5)`): offsets 1-3 81%, still 0/8. Earlier layouts, fully
+bidirectional (1300 steps each): LLaDA's (unshifted) ELBO 0.46, decodes garbage; Dream's with one
+block per row (`MaskedDiffusion(prefix_fraction=0.8, block=32)`): offset 0 ~90%, 0/8 in every
+decoding order.
 """
 
 import dataclasses
 
 from jaxdec.configs.zoo import gsm_ar
-from jaxdec.model import Bidirectional
-from jaxdec.train.objectives import MaskedDiffusion
+from jaxdec.model import BlockCausal
+from jaxdec.train.objectives import BlockDiffusion
 from jaxdec.train.trainer import TrainConfig
 
 BLOCK = 32  # The block length the zoo decodes gsm-synth with.
@@ -37,12 +32,11 @@ BLOCK = 32  # The block length the zoo decodes gsm-synth with.
 # (up to 77 + 448 tokens) fit, and every position a decoding canvas reaches is trained.
 SEQ_LEN = gsm_ar.MODEL.max_position_embeddings
 DATA = dataclasses.replace(gsm_ar.DATA, seq_len=SEQ_LEN, eos_block=BLOCK)
-MODEL = dataclasses.replace(gsm_ar.MODEL, attention=Bidirectional(), mask_token_id=3,
-                            architecture="Dream", shifted_logits=True)
+MODEL = dataclasses.replace(gsm_ar.MODEL, attention=BlockCausal(BLOCK), mask_token_id=3,
+                            architecture="Fast_dLLM_Qwen", shifted_logits=True)
 
 
 def get_config() -> TrainConfig:
   return dataclasses.replace(gsm_ar.get_config(), name="gsm-dlm", model=MODEL, data=DATA,
-                             seq_len=SEQ_LEN,
-                             objective=MaskedDiffusion(prefix_fraction=0.8, block=BLOCK), steps=1300,
-                             learning_rate=1.5e-3, warmup_steps=100, init_from="zoo:gsm-ar")
+                             seq_len=SEQ_LEN, objective=BlockDiffusion(), steps=600, batch_size=4,
+                             learning_rate=1e-3, warmup_steps=50, init_from="zoo:gsm-ar")

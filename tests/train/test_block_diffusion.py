@@ -1,0 +1,117 @@
+"""Block diffusion: the [clean | noisy] training forward scores each block exactly as decoding
+sees it, and a BlockCausal model decodes with an exact prefix cache."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdec
+from jaxdec import diffusion
+from jaxdec.model import BlockCausal, forward
+from jaxdec.train.objectives import BlockDiffusion, block_ids
+from tests.tiny import tiny_model
+
+SIZE, MASK = 4, 3
+
+
+def test_block_ids_start_at_each_completion():
+  # [prompt 3 | completion 6 | prompt 2 | completion 5]
+  scored = np.array([[0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1]], bool)
+  ids = np.asarray(block_ids(jnp.asarray(scored), SIZE))[0]
+  assert (np.diff(ids) >= 0).all()
+  same = lambda i, j: ids[i] == ids[j]
+  assert same(0, 2) and not same(2, 3)  # The prompt ends a block: the completion starts one.
+  assert same(3, 6) and not same(6, 7) and same(7, 8)  # Blocks of 4 from the completion's start.
+  assert not same(8, 9) and same(9, 10) and not same(10, 11)  # The next document starts anew.
+  assert same(11, 14) and not same(14, 15)
+
+
+def _model(shifted):
+  return tiny_model(std=0.3, attention=BlockCausal(SIZE), mask_token_id=MASK,
+                    shifted_logits=shifted)
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_training_logits_are_decodings_logits(shifted):
+  """Every masked token's training logits equal those of a plain forward of what decoding feeds
+  the model for its block: the clean tokens before the block, then the noisy block, with
+  positions aligned so the completion starts on a block boundary."""
+  model = _model(shifted)
+  prompt, length = 6, 22
+  tokens = jax.random.randint(jax.random.key(1), (1, length), 4, 128)
+  scored = jnp.arange(length)[None, :] >= prompt
+  objective = BlockDiffusion()
+  _, masked, logits = objective.weighted_nll(model.params, tokens, jax.random.key(2), model.config,
+                                             t=jnp.full((1,), 0.5), scored=scored)
+  masked, logits = np.asarray(masked[0]), np.asarray(logits[0])
+  assert masked.sum() >= 6
+  offset = (-prompt) % SIZE
+  for start in range(prompt, length, SIZE):
+    end = min(start + SIZE, length)
+    noisy = jnp.where(jnp.asarray(masked[None, start:end]), MASK, tokens[:, start:end])
+    fed = jnp.concatenate([tokens[:, :start], noisy], axis=1)
+    out, _, _ = forward(model.params, fed, jnp.arange(end)[None, :] + offset, config=model.config)
+    out = np.asarray(out[0])
+    for i in range(start, end):
+      if masked[i]:
+        np.testing.assert_allclose(logits[i], out[i - 1 if shifted else i], atol=2e-4, rtol=2e-4)
+
+
+def test_needs_a_block_causal_model():
+  model = tiny_model(attention=jaxdec.model.Bidirectional(), mask_token_id=MASK)
+  with pytest.raises(ValueError, match="BlockCausal"):
+    BlockDiffusion().weighted_nll(model.params, jnp.ones((1, 8), jnp.int32), jax.random.key(0),
+                                  model.config)
+
+
+def test_prefix_cache_is_exact_for_block_causal():
+  """Earlier blocks never see the active one, so Fast-dLLM's prefix cache changes nothing."""
+  model = _model(True)
+  prompts = jnp.asarray([[5, 6, 7, 8, 9, 0, 0], [10, 11, 12, 13, 14, 15, 16]], jnp.int32)
+  lengths = jnp.asarray([5, 7], jnp.int32)
+  run = lambda cache, suffix=None: diffusion.diffusion_generate(
+      model.params, prompts, lengths, config=model.config, gen_length=12, block_length=SIZE,
+      steps=12, cache=cache, visible_suffix=suffix).tokens
+  np.testing.assert_array_equal(run(diffusion.PrefixCache()), run(None))
+  np.testing.assert_array_equal(run(None, suffix=5), run(None))  # Later masks stay unseen.
+  alone = diffusion.diffusion_generate(model.params, prompts[:1, :5], lengths[:1], config=model.config,
+                                    gen_length=12, block_length=SIZE, steps=12).tokens
+  np.testing.assert_array_equal(run(None)[:1], alone)
+
+
+def test_aligned_positions_hide_later_blocks():
+  """With the offsets, a block's outputs depend on nothing after it, for any prompt length."""
+  model = _model(True)
+  prompt_lengths = jnp.asarray([5, 6, 7, 8], jnp.int32)
+  offsets = diffusion.sampler.aligned_offsets(model.config, prompt_lengths, SIZE)
+  denoiser = diffusion.ModelDenoiser(model.params, model.config, offsets)
+  canvas = jax.random.randint(jax.random.key(0), (4, 20), 4, 128)
+  later = jnp.arange(20)[None, :] >= (prompt_lengths + SIZE)[:, None]
+  changed = jnp.where(later, MASK, canvas)
+  where = jnp.broadcast_to(jnp.arange(20), (4, 20))
+  hidden = lambda x: denoiser.hidden(x, where, None, jnp.full((4,), 20))[0]
+  block = (where < (prompt_lengths + SIZE)[:, None])[..., None]
+  np.testing.assert_allclose(jnp.where(block, hidden(canvas), 0), jnp.where(block, hidden(changed), 0),
+                             atol=1e-5)
+
+
+def test_block_length_must_match_the_pattern():
+  model = _model(True)
+  with pytest.raises(ValueError, match="block_size"):
+    diffusion.diffusion_generate(model.params, jnp.ones((1, 3), jnp.int32), jnp.asarray([3]),
+                              config=model.config, gen_length=16, block_length=8, steps=16)
+
+
+def test_suffix_blocks_are_masked_from_a_cut_on():
+  model = _model(True)
+  length = 64
+  tokens = jax.random.randint(jax.random.key(3), (4, length), 4, 128)
+  scored = jnp.ones((4, length), bool)
+  _, masked, _ = BlockDiffusion(suffix_fraction=1.0).weighted_nll(
+      model.params, tokens, jax.random.key(4), model.config, t=jnp.ones((4,)), scored=scored)
+  blocks = np.asarray(masked).reshape(4, -1, SIZE)[:, 1:]  # Position 0 is never scored (shifted).
+  cuts = blocks.argmax(axis=-1)
+  for row, cut in zip(blocks.reshape(-1, SIZE), cuts.reshape(-1)):
+    assert not row[:cut].any() and row[cut:].all()
+  assert len(set(cuts.reshape(-1).tolist())) > 1
