@@ -192,10 +192,15 @@ class BlockDiffusion:
   # Those blocks' terms bound the NLL of the tokens after the cut given the rest, so the loss is
   # no longer the data's ELBO.
   suffix_fraction: float = struct.field(pytree_node=False, default=0.0)
+  # Fast-dLLM v2's complementary masks: every row also runs with the scored tokens its mask left
+  # given masked instead (weighted by 1 / (1 - p)), so each scored token is trained once per
+  # step whatever the ratio; a step costs two rows' forwards per row.
+  complementary: bool = struct.field(pytree_node=False, default=False)
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
-    """(f32[B]: sum over masked positions of CE / p_mask, masked bool[B, L], logits aligned with
-    the tokens they predict); `t` f32[B] fixes every block's ratio (an ELBO level)."""
+    """(f32[R]: sum over masked positions of CE / p_mask, masked bool[R, L], logits aligned with
+    the tokens they predict), R = B rows, or 2B with `complementary` (the rows, then the same rows
+    with the complementary masks); `t` f32[B] fixes every block's ratio (an ELBO level)."""
     if not isinstance(config.attention, BlockCausal) or config.mask_token_id is None:
       raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with mask_token_id "
                        f"set, got attention={config.attention!r}, mask_token_id={config.mask_token_id}")
@@ -221,6 +226,11 @@ class BlockDiffusion:
       size = config.attention.block_size
       cut = jnp.floor(per_block(c_key) * size).astype(jnp.int32)
       masked &= (per_block(s_key) >= self.suffix_fraction) | (where - first >= cut)
+    if self.complementary:
+      two = lambda a: jnp.concatenate([a, a])
+      masked = jnp.concatenate([masked, scored & ~masked])
+      p_mask = jnp.concatenate([p_mask, jnp.maximum(1.0 - p_mask, self.eps)])
+      tokens, blocks, batch = two(tokens), two(blocks), 2 * batch
     noisy = jnp.where(masked, config.mask_token_id, tokens)
     q, k = blocks[:, :, None], blocks[:, None, :]
     visible = jnp.concatenate([jnp.concatenate([k <= q, jnp.zeros_like(q == k)], axis=2),
@@ -242,7 +252,7 @@ class BlockDiffusion:
     del target
     per_seq, masked, _ = self.weighted_nll(params, tokens, key, part.config, scored=scored)
     count = tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1)
-    loss = jnp.sum(per_seq) / count
+    loss = jnp.sum(per_seq) / (count * (2 if self.complementary else 1))  # Mean of the estimates.
     return loss, {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
 
 

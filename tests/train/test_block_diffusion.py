@@ -115,3 +115,17 @@ def test_suffix_blocks_are_masked_from_a_cut_on():
   for row, cut in zip(blocks.reshape(-1, SIZE), cuts.reshape(-1)):
     assert not row[:cut].any() and row[cut:].all()
   assert len(set(cuts.reshape(-1).tolist())) > 1
+
+
+def test_complementary_masks_cover_every_scored_token_once():
+  model = _model(True)
+  length, prompt = 40, 7
+  tokens = jax.random.randint(jax.random.key(5), (3, length), 4, 128)
+  scored = jnp.broadcast_to(jnp.arange(length) >= prompt, (3, length))
+  objective = BlockDiffusion(complementary=True)
+  per_seq, masked, _ = objective.weighted_nll(model.params, tokens, jax.random.key(6),
+                                              model.config, scored=scored)
+  assert per_seq.shape == (6,) and masked.shape == (6, length)
+  first, second = np.asarray(masked[:3]), np.asarray(masked[3:])
+  np.testing.assert_array_equal(first ^ second, np.asarray(scored))  # Each scored token once.
+  assert not (first & second).any() and first.any() and second.any()
