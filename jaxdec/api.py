@@ -263,6 +263,28 @@ def _diffusion_parts(model: Model, scheduler, cache, batch: int, guided: bool):
   return scheduler, cache
 
 
+def _diffusion_lengths(model: Model, gen_length, block_length, steps) -> tuple[int, int, int]:
+  """The model and the static lengths checked: (gen_length, block_length, steps) as ints."""
+  decoding.check_model(model, causal=False)
+  config = model.config
+  if config.mask_token_id is None:
+    raise ValueError("diffusion_generate needs a model with a mask token; model.config."
+                     "mask_token_id is None")
+  if config.sliding_window is not None:
+    raise ValueError(f"diffusion_generate does not support sliding-window attention "
+                     f"(sliding_window={config.sliding_window})")
+  gen_length = decoding.positive_int("gen_length", gen_length)
+  block_length = decoding.positive_int("block_length", block_length)
+  steps = decoding.positive_int("steps", steps)
+  if gen_length % block_length:
+    raise ValueError(f"gen_length={gen_length} is not a multiple of block_length={block_length}")
+  num_blocks = gen_length // block_length
+  if steps % num_blocks:
+    raise ValueError(f"steps={steps} is not divisible by the number of blocks "
+                     f"gen_length // block_length = {num_blocks}")
+  return gen_length, block_length, steps
+
+
 def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length: int = 32,
                        steps: int = 64, scheduler=None, cache=None, temperature=0.0,
                        key: jax.Array | None = None, *, lengths=None, cfg_scale: float = 0.0,
@@ -304,23 +326,8 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
     `lookaheads` / `lookahead_sequences`: a scheduler's lookahead forwards per row and the
     sequences they ran).
   """
-  decoding.check_model(model, causal=False)
   config = model.config
-  if config.mask_token_id is None:
-    raise ValueError("diffusion_generate needs a model with a mask token; model.config."
-                     "mask_token_id is None")
-  if config.sliding_window is not None:
-    raise ValueError(f"diffusion_generate does not support sliding-window attention "
-                     f"(sliding_window={config.sliding_window})")
-  gen_length = decoding.positive_int("gen_length", gen_length)
-  block_length = decoding.positive_int("block_length", block_length)
-  steps = decoding.positive_int("steps", steps)
-  if gen_length % block_length:
-    raise ValueError(f"gen_length={gen_length} is not a multiple of block_length={block_length}")
-  num_blocks = gen_length // block_length
-  if steps % num_blocks:
-    raise ValueError(f"steps={steps} is not divisible by the number of blocks "
-                     f"gen_length // block_length = {num_blocks}")
+  gen_length, block_length, steps = _diffusion_lengths(model, gen_length, block_length, steps)
   prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, config.vocab_size)
   real = np.arange(prompt.shape[1])[None, :] < prompt_lengths[:, None]
   if (real & (prompt == config.mask_token_id)).any():
