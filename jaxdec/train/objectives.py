@@ -160,7 +160,7 @@ def block_ids(scored: jax.Array, size: int) -> jax.Array:
   attention is `BlockCausal(size)`. Blocks are counted from the first scored token of each
   completion, where decoding starts its first block; the prompt before it is cut into blocks
   backwards from there, as positions aligned to that start cut it (see `diffusion_generate`)."""
-  batch, length = scored.shape
+  length = scored.shape[1]
   where = jnp.arange(length, dtype=jnp.int32)[None, :]
   starts = scored & ~jnp.pad(scored[:, :-1], ((0, 0), (1, 0)))
   last = jax.lax.cummax(jnp.where(starts, where, -1), axis=1)
@@ -210,8 +210,9 @@ class BlockDiffusion:
     if config.shifted_logits:  # Output i - 1 predicts token i; the first token has none.
       scored &= jnp.arange(length)[None, :] > 0
     t_key, m_key, s_key, c_key = jax.random.split(key, 4)
+    starts = jnp.diff(blocks, axis=1, prepend=blocks[:, :1] - 1) > 0  # A block's first position.
     # Per-block draws: index a row of draws by the block's rank in the row.
-    rank = jnp.cumsum(jnp.diff(blocks, axis=1, prepend=blocks[:, :1]) > 0, axis=1)
+    rank = jnp.cumsum(starts, axis=1) - 1
     per_block = lambda k: jnp.take_along_axis(jax.random.uniform(k, (batch, length)), rank, axis=1)
     if t is None:
       ratio = per_block(t_key)
@@ -221,8 +222,7 @@ class BlockDiffusion:
     masked = scored & (jax.random.uniform(m_key, tokens.shape) < p_mask)
     if self.suffix_fraction:
       where = jnp.arange(length, dtype=jnp.int32)[None, :]
-      first = jax.lax.cummax(jnp.where(jnp.diff(blocks, axis=1, prepend=blocks[:, :1] - 1) > 0,
-                                       where, 0), axis=1)
+      first = jax.lax.cummax(jnp.where(starts, where, 0), axis=1)
       size = config.attention.block_size
       cut = jnp.floor(per_block(c_key) * size).astype(jnp.int32)
       masked &= (per_block(s_key) >= self.suffix_fraction) | (where - first >= cut)
@@ -230,7 +230,7 @@ class BlockDiffusion:
       two = lambda a: jnp.concatenate([a, a])
       masked = jnp.concatenate([masked, scored & ~masked])
       p_mask = jnp.concatenate([p_mask, jnp.maximum(1.0 - p_mask, self.eps)])
-      tokens, blocks, batch = two(tokens), two(blocks), 2 * batch
+      tokens, blocks, starts = two(tokens), two(blocks), two(starts)
     noisy = jnp.where(masked, config.mask_token_id, tokens)
     q, k = blocks[:, :, None], blocks[:, None, :]
     visible = jnp.concatenate([jnp.concatenate([k <= q, jnp.zeros_like(q == k)], axis=2),
@@ -240,9 +240,8 @@ class BlockDiffusion:
                            jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
     clean, noisy_logits = logits[:, :length], logits[:, length:]
     if config.shifted_logits:
-      inside = jnp.concatenate([jnp.zeros((batch, 1), bool), blocks[:, 1:] == blocks[:, :-1]], axis=1)
       shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
-      logits = jnp.where(inside[..., None], shift(noisy_logits), shift(clean))
+      logits = jnp.where(starts[..., None], shift(clean), shift(noisy_logits))
     else:
       logits = noisy_logits
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
