@@ -468,14 +468,16 @@ def _llada_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
 # a mask token, and shifted logits (AR-initialised: position i predicts token i + 1). Fast-dLLM v2
 # (remote code `Fast_dLLM_QwenForCausalLM`, model_type "Fast_dLLM_Qwen"): the same with
 # block-causal attention over `bd_size`-token blocks (block diffusion); its released config names
-# the mask token only in the tokenizer, so jaxdec writes `mask_token_id` into config.json as well.
+# the mask token only in the tokenizer, so jaxdec writes `mask_token_id` into config.json as well,
+# and `causal_given` for a model trained with jaxdec's variant of the pattern (BlockCausal).
 _DREAM_IGNORED = _IGNORED | {"auto_map"}
 _CLASSES = {"Dream": "DreamModel", "Fast_dLLM_Qwen": "Fast_dLLM_QwenForCausalLM"}
 
 
 def _dream_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> ModelConfig:
   arch = raw["model_type"]
-  qwen2 = {k: v for k, v in raw.items() if k not in ("mask_token_id", "auto_map", "bd_size")}
+  qwen2 = {k: v for k, v in raw.items()
+           if k not in ("mask_token_id", "auto_map", "bd_size", "causal_given")}
   unknown = set(qwen2) - set(_DREAM_IGNORED) - set(_REQUIRED_VALUES) - {
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
       "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
@@ -488,7 +490,7 @@ def _dream_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> Mod
   if arch == "Fast_dLLM_Qwen":
     if "bd_size" not in raw:
       raise ValueError("a Fast_dLLM_Qwen config needs bd_size (its block size)")
-    attention = BlockCausal(raw["bd_size"])
+    attention = BlockCausal(raw["bd_size"], causal_given=bool(raw.get("causal_given", False)))
   else:
     attention = Bidirectional()
   base = config_from_hf(dict(qwen2, model_type="qwen2"), generation)
@@ -510,4 +512,6 @@ def _dream_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
   out.update(architectures=[_CLASSES[arch]], model_type=arch, mask_token_id=config.mask_token_id)
   if isinstance(config.attention, BlockCausal):
     out["bd_size"] = config.attention.block_size
+    if config.attention.causal_given:
+      out["causal_given"] = True
   return out

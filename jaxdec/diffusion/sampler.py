@@ -24,7 +24,8 @@ from jaxdec.diffusion.caches import CanvasView, DiffusionCache, NoCache
 from jaxdec.diffusion.llada import FixedSteps
 from jaxdec.diffusion.proposals import EosFlags, position_keys, propose
 from jaxdec.diffusion.schedulers import Scheduler, StepView, rank_confidence
-from jaxdec.model import BlockCausal, KVCache, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.model import (BlockCausal, KVCache, ModelConfig, decode_hidden, embed,
+                          hidden_mask_keys, unembed)
 
 
 class Denoiser(Protocol):
@@ -71,7 +72,8 @@ class ModelDenoiser:
     if self.offsets is not None:
       positions = positions + self.offsets[:, None]
     h, _, cache = decode_hidden(self.params, embed(self.params, tokens), positions, cache,
-                                config=self.config, valid_lengths=valid_lengths)
+                                config=self.config, valid_lengths=valid_lengths,
+                                hidden_keys=hidden_mask_keys(tokens, self.config))
     return h, cache
 
   def logits(self, hidden, index):

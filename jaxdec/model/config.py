@@ -101,6 +101,8 @@ class ModelConfig:
       value = getattr(self, name)
       if value is not None and not 0 <= value < self.vocab_size:
         raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size})")
+    if getattr(self.attention, "causal_given", False) and self.mask_token_id is None:
+      raise ValueError(f"attention={self.attention!r} hides mask tokens: set mask_token_id")
     for value in self.eos_token_ids:
       if not 0 <= value < self.vocab_size:
         raise ValueError(f"eos token id {value} is outside the vocabulary [0, {self.vocab_size})")

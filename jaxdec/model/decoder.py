@@ -105,8 +105,16 @@ def _layer_inputs(cos, sin, mask: MaskSpec, per_layer: dict):
   return cos, sin, mask
 
 
+def hidden_mask_keys(tokens: jax.Array, config: ModelConfig) -> jax.Array | None:
+  """bool[B, T]: the masks a `BlockCausal(causal_given=True)` model hides as keys (None else)."""
+  if getattr(config.attention, "causal_given", False):
+    return tokens == config.mask_token_id
+  return None
+
+
 def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
-              tree: jax.Array | None = None, valid_lengths: jax.Array | None = None) -> MaskSpec:
+              tree: jax.Array | None = None, valid_lengths: jax.Array | None = None,
+              hidden_keys: jax.Array | None = None) -> MaskSpec:
   """The MaskSpec of one forward of tokens at `positions` i32[B, T] (see `forward`)."""
   batch, steps = positions.shape
   valid = jnp.full((batch,), steps, jnp.int32) if valid_lengths is None else valid_lengths
@@ -118,8 +126,8 @@ def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
   # Per-layer windows (config.sliding_layers) are set inside the layer scan.
   window = config.sliding_window if config.sliding_layers is None else None
   return MaskSpec(q_positions=positions, kv_positions=kv_positions, kv_length=kv_length,
-                  pattern=config.attention, window=window, tree=tree,
-                  tree_start=None if tree is None else start)
+                  pattern=config.attention, window=window, tree=tree, start=start,
+                  hidden_keys=hidden_keys)
 
 
 def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) -> None:
@@ -130,11 +138,13 @@ def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) ->
 
 def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCache | None = None, *,
                   config: ModelConfig, tree: jax.Array | None = None,
-                  valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
+                  valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = (),
+                  hidden_keys: jax.Array | None = None):
   """Run the layers on embeddings x[B, T, D] (`embed`); returns (final-normed hidden, selected,
   cache).
 
-  See `forward` for the arguments. Split out so callers that need logits at only a few
+  See `forward` for the arguments; `hidden_keys` is `hidden_mask_keys(tokens)`, which `forward`
+  computes itself. Split out so callers that need logits at only a few
   positions (prefill) can skip the full [B, T, V] projection. A config with `embed_scale` scales
   x here (by sqrt(hidden_size) rounded to x's dtype, as HF does), so `hidden_layers` 0 is the
   scaled embedding, as in HF's hidden states.
@@ -144,7 +154,7 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCac
   if config.embed_scale:
     x = x * jnp.asarray(np.float32(config.hidden_size ** 0.5)).astype(x.dtype)
   cos, sin = _rope_tables(positions, config)
-  mask = mask_spec(positions, cache, config, tree, valid_lengths)
+  mask = mask_spec(positions, cache, config, tree, valid_lengths, hidden_keys)
   per_layer = _per_layer(config)
   # Only the requested layers' inputs are kept: slot[i] is where layer i's input goes (len() =
   # dropped), so memory grows with the selection, not with the depth.
@@ -206,5 +216,6 @@ def forward(params: dict, tokens: jax.Array, positions: jax.Array, cache: KVCach
   """
   h, hidden, cache = decode_hidden(params, embed(params, tokens), positions, cache, config=config,
                                    tree=tree, valid_lengths=valid_lengths,
-                                   hidden_layers=hidden_layers)
+                                   hidden_layers=hidden_layers,
+                                   hidden_keys=hidden_mask_keys(tokens, config))
   return unembed(params, h, config), hidden, cache

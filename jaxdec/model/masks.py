@@ -3,8 +3,9 @@
 A model's own pattern is a small static object in its config (`Causal`, `Bidirectional`,
 `BlockCausal`), a function of query and key *positions*. One forward's `MaskSpec` adds what only
 the caller knows: which key slots hold real entries (`kv_length`: slots at or past it are stale or
-padding) and, optionally, a `tree` that replaces the pattern among the tokens this forward
-writes (a draft tree's ancestor matrix). Because the pattern reads positions, not slot indices,
+padding), optionally a `tree` that replaces the pattern among the tokens this forward writes
+(a draft tree's ancestor matrix), and which of those tokens are masks
+(`BlockCausal(causal_given=True)` hides them as keys). Because the pattern reads positions, not slot indices,
 a KV cache may hold its entries in any slot order. The XLA backend materialises the dense mask
 (`MaskSpec.dense`); a kernel can read the structure and skip blocks instead.
 """
@@ -37,13 +38,24 @@ class Bidirectional:
 @dataclasses.dataclass(frozen=True)
 class BlockCausal:
   """Positions are cut into blocks of `block_size`; a query sees its own block and every earlier
-  one (block-diffusion models: bidirectional inside a block, causal across blocks)."""
+  one (block-diffusion models: bidirectional inside a block, causal across blocks).
+
+  `causal_given`: given (non-mask) tokens attend causally and are the only keys (a mask also sees
+  itself); a mask reads every given token its block sees. Given tokens then form exactly the
+  causal model the weights came from (so does decoding a block strictly left to right), and
+  only masks read to the right: what a small model adapted from an AR one needs, since with
+  every token visible its AR path is perturbed by each mask after it (measured on gsm-synth).
+  Lost: a given token reading later ones, and masks reading each other within a step. Only this
+  pattern offers it, because its caches hold given tokens only (later blocks are invisible)."""
 
   block_size: int
+  causal_given: bool = False
 
   def __post_init__(self):
     if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
       raise ValueError(f"BlockCausal.block_size must be a positive int, got {self.block_size!r}")
+    if not isinstance(self.causal_given, bool):
+      raise TypeError(f"BlockCausal.causal_given must be a bool, got {self.causal_given!r}")
 
   def visible(self, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     return k_pos // self.block_size <= q_pos // self.block_size
@@ -69,10 +81,12 @@ def pattern_from_dict(data: dict):
 class MaskSpec:
   """Visibility for one forward: queries q_positions i32[B, T] against key slots holding
   kv_positions i32[B, S]; slots >= kv_length i32[B] are hidden. With `tree` bool[B or 1, T, T],
-  the T keys written by this forward at slots [tree_start, tree_start + T) are visible to query i
+  the T keys written by this forward at slots [start, start + T) are visible to query i
   iff tree[i, j], instead of by the pattern. `window` (a query sees keys fewer than `window`
   positions back) is a Python int when every layer shares it, or a traced i32[] that the layer
-  scan sets per layer (Gemma's sliding and full-attention layers)."""
+  scan sets per layer (Gemma's sliding and full-attention layers). `hidden_keys` bool[B, T]
+  marks this forward's masks: only a query at the same position sees them, and the other tokens
+  attend causally (`BlockCausal.causal_given`); keys already in a cache count as given."""
 
   q_positions: jax.Array
   kv_positions: jax.Array
@@ -80,7 +94,8 @@ class MaskSpec:
   pattern: object = struct.field(pytree_node=False, default=Causal())
   window: int | jax.Array | None = None
   tree: jax.Array | None = None
-  tree_start: jax.Array | None = None
+  start: jax.Array | None = None  # i32[B]: the slot of this forward's first token.
+  hidden_keys: jax.Array | None = None
 
   def dense(self) -> jax.Array:
     """bool[B, T, S]: True where query t may attend to key slot s."""
@@ -88,14 +103,18 @@ class MaskSpec:
     k = self.kv_positions[:, None, :]
     slots = jnp.arange(self.kv_positions.shape[1], dtype=jnp.int32)[None, :]
     visible = self.pattern.visible(q, k)
+    steps = self.q_positions.shape[1]
+    rel = slots - self.start[:, None]  # [B, S]: index into this forward's tokens, valid in [0, T).
+    in_block = (rel >= 0) & (rel < steps)
     if self.tree is not None:
-      steps = self.q_positions.shape[1]
-      rel = slots - self.tree_start[:, None]  # [B, S]: index into the block, valid in [0, T).
-      in_block = (rel >= 0) & (rel < steps)
       tree = jnp.broadcast_to(self.tree, (q.shape[0], steps, steps))
       index = jnp.broadcast_to(jnp.clip(rel, 0, steps - 1)[:, None, :], visible.shape)
       from_tree = jnp.take_along_axis(tree, index, axis=2)
       visible = jnp.where(in_block[:, None, :], from_tree, visible)
+    if self.hidden_keys is not None:
+      hidden = in_block & jnp.take_along_axis(self.hidden_keys, jnp.clip(rel, 0, steps - 1), axis=1)
+      given_query = ~self.hidden_keys[:, :, None]
+      visible &= (~hidden[:, None, :] | (q == k)) & (~given_query | (k <= q))
     visible &= (slots < self.kv_length[:, None])[:, None, :]
     if self.window is not None:
       visible &= (q - k) < self.window

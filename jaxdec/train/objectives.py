@@ -196,14 +196,28 @@ class BlockDiffusion:
   # given masked instead (weighted by 1 / (1 - p)), so each scored token is trained once per
   # step whatever the ratio; a step costs two rows' forwards per row.
   complementary: bool = struct.field(pytree_node=False, default=False)
+  # Weight of the clean stream's next-token loss on the scored tokens. With
+  # `BlockCausal(causal_given=True)` and shifted logits the clean stream is the causal model that
+  # decodes a block left to right and proposes each block's first token; this term keeps it the
+  # AR model it was initialised from while the masks learn to read it (it costs no forward).
+  ar_weight: float = struct.field(pytree_node=False, default=0.0)
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """(f32[R]: sum over masked positions of CE / p_mask, masked bool[R, L], logits aligned with
     the tokens they predict), R = B rows, or 2B with `complementary` (the rows, then the same rows
     with the complementary masks); `t` f32[B] fixes every block's ratio (an ELBO level)."""
+    return self._run(params, tokens, key, config, t, scored)[:3]
+
+  def _run(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
+    """weighted_nll's triple, then f32[B]: the clean stream's next-token CE summed over scored
+    tokens (shifted configs; zeros otherwise)."""
     if not isinstance(config.attention, BlockCausal) or config.mask_token_id is None:
       raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with mask_token_id "
                        f"set, got attention={config.attention!r}, mask_token_id={config.mask_token_id}")
+    if self.ar_weight and not (config.attention.causal_given and config.shifted_logits):
+      raise ValueError("BlockDiffusion.ar_weight needs a clean stream that is causal: "
+                       "BlockCausal(causal_given=True) with shifted_logits, got "
+                       f"attention={config.attention!r}, shifted_logits={config.shifted_logits}")
     batch, length = tokens.shape
     scored = jnp.ones(tokens.shape, bool) if scored is None else scored
     blocks = block_ids(scored, config.attention.block_size)
@@ -239,20 +253,28 @@ class BlockDiffusion:
     logits, _, _ = forward(params, jnp.concatenate([tokens, noisy], axis=1),
                            jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
     clean, noisy_logits = logits[:, :length], logits[:, length:]
+    ar_nll = jnp.zeros((batch,), jnp.float32)
     if config.shifted_logits:
       shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
+      if self.ar_weight:
+        ce = optax.softmax_cross_entropy_with_integer_labels(shift(clean[:batch]), tokens[:batch])
+        ar_nll = jnp.sum(jnp.where(scored, ce, 0.0), axis=1)
       logits = jnp.where(starts[..., None], shift(clean), shift(noisy_logits))
     else:
       logits = noisy_logits
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
-    return jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1), masked, logits
+    return jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1), masked, logits, ar_nll
 
   def loss(self, params, tokens, key, *, part, target=None, scored=None):
     del target
-    per_seq, masked, _ = self.weighted_nll(params, tokens, key, part.config, scored=scored)
+    per_seq, masked, _, ar_nll = self._run(params, tokens, key, part.config, scored=scored)
     count = tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1)
-    loss = jnp.sum(per_seq) / (count * (2 if self.complementary else 1))  # Mean of the estimates.
-    return loss, {"elbo_nll": loss, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
+    elbo = jnp.sum(per_seq) / (count * (2 if self.complementary else 1))  # Mean of the estimates.
+    metrics = {"elbo_nll": elbo, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
+    if not self.ar_weight:
+      return elbo, metrics
+    ar = jnp.sum(ar_nll) / count
+    return elbo + self.ar_weight * ar, {**metrics, "ar_nll": ar}
 
 
 @struct.dataclass

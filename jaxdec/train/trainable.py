@@ -61,6 +61,11 @@ class FullModel:
     from jaxdec import io
 
     params = io.load(self.init_from, dtype=jnp.float32).params
+    biases = ("bq", "bk", "bv")
+    if (not self.config.qkv_bias and all(b in params["layers"] for b in biases)
+        and not any(jnp.any(params["layers"][b]) for b in biases)):
+      # A Qwen2-layout export of a bias-free model (zero q/k/v biases): the same function.
+      params = dict(params, layers={k: v for k, v in params["layers"].items() if k not in biases})
     check_params(params, self.config)  # Same shapes; attention / mask-token settings may differ.
     return params
 

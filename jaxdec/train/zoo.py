@@ -129,7 +129,8 @@ def _loss_is_nll(objective) -> bool:
   """Whether the objective's loss is a nats-per-token NLL (bound), convertible to bits per byte."""
   return (isinstance(objective, NextToken)
           or (isinstance(objective, MaskedDiffusion) and not objective.certainty_weight)
-          or (isinstance(objective, BlockDiffusion) and not objective.suffix_fraction))
+          or (isinstance(objective, BlockDiffusion) and not objective.suffix_fraction
+              and not objective.ar_weight))
 
 
 def plot_training(cfg: TrainConfig, workdir: str, meta: dict) -> str:

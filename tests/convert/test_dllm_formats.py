@@ -12,6 +12,7 @@ from safetensors.numpy import load_file
 import jaxdec
 from jaxdec.model import Bidirectional, BlockCausal, forward
 from jaxdec.model.params import flatten
+from jaxdec.train.trainable import FullModel
 from tiny import tiny_model
 
 
@@ -19,6 +20,9 @@ from tiny import tiny_model
     ("llada", dict(tie_word_embeddings=False), "model.transformer.blocks.1.attn_out.weight"),
     ("Dream", dict(qkv_bias=True, shifted_logits=True), "model.layers.0.self_attn.q_proj.bias"),
     ("Fast_dLLM_Qwen", dict(qkv_bias=True, shifted_logits=True, attention=BlockCausal(8)),
+     "model.layers.0.self_attn.q_proj.bias"),
+    ("Fast_dLLM_Qwen", dict(qkv_bias=True, shifted_logits=True,
+                            attention=BlockCausal(8, causal_given=True)),
      "model.layers.0.self_attn.q_proj.bias"),
 ])
 def test_export_and_load_roundtrip(tmp_path, arch, overrides, some_tensor):
@@ -45,6 +49,10 @@ def test_qwen2_layouts_export_a_model_without_biases_with_zero_ones(tmp_path):
   where = jnp.arange(16)[None, :]
   np.testing.assert_allclose(forward(again.params, tokens, where, config=again.config)[0],
                              forward(model.params, tokens, where, config=model.config)[0], atol=1e-5)
+  # A second training stage of the bias-free config starts from that export: zeros dropped.
+  params = FullModel(model.config, init_from=str(tmp_path / "m")).init(None, None)
+  for name, value in flatten(model.params).items():
+    np.testing.assert_array_equal(flatten(params)[name], value)
 
 
 def test_fast_dllm_config_needs_its_block_size():

@@ -1,6 +1,8 @@
 """Block diffusion: the [clean | noisy] training forward scores each block exactly as decoding
 sees it, and a BlockCausal model decodes with an exact prefix cache."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,17 +29,17 @@ def test_block_ids_start_at_each_completion():
   assert same(11, 14) and not same(14, 15)
 
 
-def _model(shifted):
-  return tiny_model(std=0.3, attention=BlockCausal(SIZE), mask_token_id=MASK,
-                    shifted_logits=shifted)
+def _model(shifted, causal_given=False):
+  return tiny_model(std=0.3, attention=BlockCausal(SIZE, causal_given=causal_given),
+                    mask_token_id=MASK, shifted_logits=shifted)
 
 
-@pytest.mark.parametrize("shifted", [False, True])
-def test_training_logits_are_decodings_logits(shifted):
+@pytest.mark.parametrize("shifted, causal_given", [(False, False), (True, False), (True, True)])
+def test_training_logits_are_decodings_logits(shifted, causal_given):
   """Every masked token's training logits equal those of a plain forward of what decoding feeds
   the model for its block: the clean tokens before the block, then the noisy block, with
   positions aligned so the completion starts on a block boundary."""
-  model = _model(shifted)
+  model = _model(shifted, causal_given)
   prompt, length = 6, 22
   tokens = jax.random.randint(jax.random.key(1), (1, length), 4, 128)
   scored = jnp.arange(length)[None, :] >= prompt
@@ -65,15 +67,18 @@ def test_needs_a_block_causal_model():
                                   model.config)
 
 
-def test_prefix_cache_is_exact_for_block_causal():
-  """Earlier blocks never see the active one, so Fast-dLLM's prefix cache changes nothing."""
-  model = _model(True)
+@pytest.mark.parametrize("causal_given", [False, True])
+def test_prefix_cache_is_exact_for_block_causal(causal_given):
+  """Earlier blocks never see the active one and it never sees later ones, so Fast-dLLM's prefix
+  and dual caches change nothing."""
+  model = _model(True, causal_given)
   prompts = jnp.asarray([[5, 6, 7, 8, 9, 0, 0], [10, 11, 12, 13, 14, 15, 16]], jnp.int32)
   lengths = jnp.asarray([5, 7], jnp.int32)
   run = lambda cache, suffix=None: diffusion.diffusion_generate(
       model.params, prompts, lengths, config=model.config, gen_length=12, block_length=SIZE,
       steps=12, cache=cache, visible_suffix=suffix).tokens
   np.testing.assert_array_equal(run(diffusion.PrefixCache()), run(None))
+  np.testing.assert_array_equal(run(diffusion.DualCache()), run(None))
   np.testing.assert_array_equal(run(None, suffix=5), run(None))  # Later masks stay unseen.
   alone = diffusion.diffusion_generate(model.params, prompts[:1, :5], lengths[:1], config=model.config,
                                     gen_length=12, block_length=SIZE, steps=12).tokens
@@ -94,6 +99,47 @@ def test_aligned_positions_hide_later_blocks():
   block = (where < (prompt_lengths + SIZE)[:, None])[..., None]
   np.testing.assert_allclose(jnp.where(block, hidden(canvas), 0), jnp.where(block, hidden(changed), 0),
                              atol=1e-5)
+
+
+def test_causal_given_tokens_are_the_causal_model():
+  """With `causal_given`, given tokens' logits are the causal model's (same weights) whatever is
+  masked after them, so decoding a block left to right is AR decoding; a mask's logits read the
+  given tokens after it in its block, and no mask reads another."""
+  model = _model(True, causal_given=True)
+  causal = dataclasses.replace(model.config, attention=jaxdec.model.Causal())
+  tokens = jax.random.randint(jax.random.key(7), (1, 14), 4, 128)
+  run = lambda x, config=model.config: np.asarray(
+      forward(model.params, x, jnp.arange(x.shape[1])[None, :], config=config)[0])
+  ar = run(tokens, causal)
+  np.testing.assert_allclose(run(tokens), ar, atol=1e-5)  # Nothing masked: the causal model.
+  left_to_right = tokens.at[:, 10:].set(MASK)  # Block [8, 12) half given, the rest masked.
+  np.testing.assert_allclose(run(left_to_right)[:, :10], ar[:, :10], atol=1e-5)
+  holes = tokens.at[:, 9].set(MASK)
+  reads_right = run(holes)[:, 9]
+  assert not np.allclose(reads_right, run(holes.at[:, 11].set(20))[:, 9], atol=1e-4)
+  masks_after = holes.at[:, 10:12].set(MASK)  # Masks are not read: as if they were cut off.
+  np.testing.assert_allclose(run(masks_after)[:, 9], run(masks_after[:, :10])[:, 9], atol=1e-5)
+
+
+def test_ar_term_is_the_causal_models_next_token_loss():
+  model = _model(True, causal_given=True)
+  tokens = jax.random.randint(jax.random.key(8), (2, 18), 4, 128)
+  scored = jnp.broadcast_to(jnp.arange(18) >= 5, (2, 18))
+  *_, ar_nll = BlockDiffusion(ar_weight=1.0)._run(model.params, tokens, jax.random.key(9),
+                                                  model.config, scored=scored)
+  causal = dataclasses.replace(model.config, attention=jaxdec.model.Causal())
+  logits = forward(model.params, tokens, jnp.broadcast_to(jnp.arange(18), (2, 18)), config=causal)[0]
+  logp = jax.nn.log_softmax(logits[:, 4:-1])
+  want = -jnp.take_along_axis(logp, tokens[:, 5:, None], axis=-1)[..., 0].sum(axis=1)
+  np.testing.assert_allclose(ar_nll, want, rtol=1e-4)
+  with pytest.raises(ValueError, match="causal_given"):  # Else clean tokens see the next one.
+    BlockDiffusion(ar_weight=1.0).weighted_nll(_model(True).params, tokens, jax.random.key(9),
+                                               _model(True).config, scored=scored)
+
+
+def test_causal_given_needs_a_mask_token():
+  with pytest.raises(ValueError, match="mask_token_id"):
+    tiny_model(attention=BlockCausal(SIZE, causal_given=True))
 
 
 def test_block_length_must_match_the_pattern():
