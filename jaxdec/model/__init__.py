@@ -23,5 +23,5 @@ class Model:
 
 
 __all__ = ["Model", "ModelConfig", "RopeScaling", "KVCache", "forward", "decode_hidden", "embed",
-           "hidden_mask_keys", "unembed", "init_params", "param_specs", "check_params", "attention", "mask_spec",
-           "MaskSpec", "Causal", "Bidirectional", "BlockCausal"]
+           "hidden_mask_keys", "unembed", "init_params", "param_specs", "check_params", "attention",
+           "mask_spec", "MaskSpec", "Causal", "Bidirectional", "BlockCausal"]

@@ -5,8 +5,8 @@ A model's own pattern is a small static object in its config (`Causal`, `Bidirec
 the caller knows: which key slots hold real entries (`kv_length`: slots at or past it are stale or
 padding), optionally a `tree` that replaces the pattern among the tokens this forward writes
 (a draft tree's ancestor matrix), and which of those tokens are masks
-(`BlockCausal(causal_given=True)` hides them as keys). Because the pattern reads positions, not slot indices,
-a KV cache may hold its entries in any slot order. The XLA backend materialises the dense mask
+(`BlockCausal(causal_given=True)` hides them as keys). Because the pattern reads positions, not
+slot indices, a KV cache may hold its entries in any slot order. The XLA backend materialises the dense mask
 (`MaskSpec.dense`); a kernel can read the structure and skip blocks instead.
 """
 

@@ -21,8 +21,9 @@ confidence 0.68 / 0.54 / 0.43 vs accuracy 0.69 / 0.51 / 0.38 at d = 1 / 3 / 7) b
 top (confidence > 0.9: right 98% at d = 1, 85% at d = 7), and confidence-ordered decoding commits
 those first ("85 * 9 = 755"). A second stage from this one (450 steps, `suffix_fraction=0.5`, lr
 3e-4, ~30 min): left to right misses 10, confidence > 0.9 right 99.4% at d = 1 and 94.6% at
-d = 7, LLaDA order 3/8, threshold 0.9 0/8 at 2.08 tokens per forward. Earlier layouts, fully bidirectional (1300 steps each): LLaDA's
-(unshifted) ELBO 0.46, decodes garbage; Dream's with one block per row: 0/8 in every order.
+d = 7, LLaDA order 3/8, threshold 0.9 0/8 at 2.08 tokens per forward. Earlier layouts, fully
+bidirectional (1300 steps each): LLaDA's (unshifted) ELBO 0.46, decodes garbage; Dream's with one
+block per row: 0/8 in every order.
 """
 
 import dataclasses
@@ -43,5 +44,6 @@ MODEL = dataclasses.replace(gsm_ar.MODEL, attention=BlockCausal(BLOCK, causal_gi
 
 def get_config() -> TrainConfig:
   return dataclasses.replace(gsm_ar.get_config(), name="gsm-dlm", model=MODEL, data=DATA,
-                             seq_len=SEQ_LEN, objective=BlockDiffusion(ar_weight=1.0), steps=600, batch_size=4,
-                             learning_rate=5e-4, warmup_steps=50, init_from="zoo:gsm-ar")
+                             seq_len=SEQ_LEN, objective=BlockDiffusion(ar_weight=1.0), steps=600,
+                             batch_size=4, learning_rate=5e-4, warmup_steps=50,
+                             init_from="zoo:gsm-ar")
