@@ -201,6 +201,13 @@ class BlockDiffusion:
   # decodes a block left to right and proposes each block's first token; this term keeps it the
   # AR model it was initialised from while the masks learn to read it (it costs no forward).
   ar_weight: float = struct.field(pytree_node=False, default=0.0)
+  # Fraction of blocks (besides the suffix ones) whose given tokens are those the model itself is
+  # most confident of with the whole block masked (one extra forward, no gradient), as a block
+  # looks part way through confidence-ordered decoding: the predictable tokens (a template's
+  # words, its punctuation) given, the hard ones (the digits they frame) masked. Random masks
+  # rarely frame a masked token that way, and a model trained only on them copies a nearby digit
+  # with confidence when decoding reaches it. Not an ELBO either.
+  confidence_fraction: float = struct.field(pytree_node=False, default=0.0)
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """(f32[R]: sum over masked positions of CE / p_mask, masked bool[R, L], logits aligned with
@@ -218,6 +225,9 @@ class BlockDiffusion:
       raise ValueError("BlockDiffusion.ar_weight needs a clean stream that is causal: "
                        "BlockCausal(causal_given=True) with shifted_logits, got "
                        f"attention={config.attention!r}, shifted_logits={config.shifted_logits}")
+    if not 0.0 <= self.suffix_fraction + self.confidence_fraction <= 1.0:
+      raise ValueError("BlockDiffusion's suffix_fraction + confidence_fraction must lie in "
+                       f"[0, 1], got {self.suffix_fraction} + {self.confidence_fraction}")
     batch, length = tokens.shape
     scored = jnp.ones(tokens.shape, bool) if scored is None else scored
     blocks = block_ids(scored, config.attention.block_size)
@@ -234,34 +244,33 @@ class BlockDiffusion:
       ratio = jnp.broadcast_to(jnp.asarray(t, jnp.float32)[:, None], tokens.shape)
     p_mask = (1.0 - self.eps) * ratio + self.eps
     masked = scored & (jax.random.uniform(m_key, tokens.shape) < p_mask)
+    kind = per_block(s_key)  # [0, suffix): suffix blocks, then confidence-ordered, then random.
     if self.suffix_fraction:
       where = jnp.arange(length, dtype=jnp.int32)[None, :]
       first = jax.lax.cummax(jnp.where(starts, where, 0), axis=1)
-      size = config.attention.block_size
-      cut = jnp.floor(per_block(c_key) * size).astype(jnp.int32)
-      masked &= (per_block(s_key) >= self.suffix_fraction) | (where - first >= cut)
+      cut = jnp.floor(per_block(c_key) * config.attention.block_size).astype(jnp.int32)
+      masked &= (kind >= self.suffix_fraction) | (where - first >= cut)
+    if self.confidence_fraction:
+      _, all_masked = _block_logits(params, tokens, jnp.where(scored, config.mask_token_id, tokens),
+                                    blocks, starts, config)
+      confidence = jnp.max(jax.nn.softmax(jax.lax.stop_gradient(all_masked)), axis=-1)
+      mates = (blocks[:, :, None] == blocks[:, None, :]) & scored[:, None, :]
+      surer = jnp.sum(mates & (confidence[:, None, :] > confidence[:, :, None]), axis=-1)
+      given = jnp.floor((1.0 - ratio) * jnp.sum(mates, axis=-1))  # The block's surest tokens.
+      ordered = (kind >= self.suffix_fraction) & (kind < self.suffix_fraction + self.confidence_fraction)
+      masked = jnp.where(ordered, scored & (surer >= given), masked)
     if self.complementary:
       two = lambda a: jnp.concatenate([a, a])
       masked = jnp.concatenate([masked, scored & ~masked])
       p_mask = jnp.concatenate([p_mask, jnp.maximum(1.0 - p_mask, self.eps)])
       tokens, blocks, starts = two(tokens), two(blocks), two(starts)
-    noisy = jnp.where(masked, config.mask_token_id, tokens)
-    q, k = blocks[:, :, None], blocks[:, None, :]
-    visible = jnp.concatenate([jnp.concatenate([k <= q, jnp.zeros_like(q == k)], axis=2),
-                               jnp.concatenate([k < q, k == q], axis=2)], axis=1)
-    pos = _positions(tokens)
-    logits, _, _ = forward(params, jnp.concatenate([tokens, noisy], axis=1),
-                           jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
-    clean, noisy_logits = logits[:, :length], logits[:, length:]
+    clean, logits = _block_logits(params, tokens, jnp.where(masked, config.mask_token_id, tokens),
+                                  blocks, starts, config)
     ar_nll = jnp.zeros((batch,), jnp.float32)
-    if config.shifted_logits:
-      shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
-      if self.ar_weight:
-        ce = optax.softmax_cross_entropy_with_integer_labels(shift(clean[:batch]), tokens[:batch])
-        ar_nll = jnp.sum(jnp.where(scored, ce, 0.0), axis=1)
-      logits = jnp.where(starts[..., None], shift(clean), shift(noisy_logits))
-    else:
-      logits = noisy_logits
+    if self.ar_weight:  # The clean stream's output i - 1 predicts token i.
+      clean = jnp.concatenate([clean[:batch, :1], clean[:batch, :-1]], axis=1)
+      ce = optax.softmax_cross_entropy_with_integer_labels(clean, tokens[:batch])
+      ar_nll = jnp.sum(jnp.where(scored, ce, 0.0), axis=1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1), masked, logits, ar_nll
 
@@ -275,6 +284,24 @@ class BlockDiffusion:
       return elbo, metrics
     ar = jnp.sum(ar_nll) / count
     return elbo + self.ar_weight * ar, {**metrics, "ar_nll": ar}
+
+
+def _block_logits(params, tokens, noisy, blocks, starts, config: ModelConfig):
+  """One [clean | noisy] forward of BlockDiffusion's layout: (the clean stream's logits, the
+  logits predicting each token as decoding does: the noisy stream's, shifted for shifted configs,
+  where a block's first token reads the clean stream's previous output)."""
+  length = tokens.shape[1]
+  q, k = blocks[:, :, None], blocks[:, None, :]
+  visible = jnp.concatenate([jnp.concatenate([k <= q, jnp.zeros_like(q == k)], axis=2),
+                             jnp.concatenate([k < q, k == q], axis=2)], axis=1)
+  pos = _positions(tokens)
+  logits, _, _ = forward(params, jnp.concatenate([tokens, noisy], axis=1),
+                         jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
+  clean, noisy_logits = logits[:, :length], logits[:, length:]
+  if not config.shifted_logits:
+    return clean, noisy_logits
+  shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
+  return clean, jnp.where(starts[..., None], shift(clean), shift(noisy_logits))
 
 
 @struct.dataclass

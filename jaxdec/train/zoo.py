@@ -130,7 +130,7 @@ def _loss_is_nll(objective) -> bool:
   return (isinstance(objective, NextToken)
           or (isinstance(objective, MaskedDiffusion) and not objective.certainty_weight)
           or (isinstance(objective, BlockDiffusion) and not objective.suffix_fraction
-              and not objective.ar_weight))
+              and not objective.ar_weight and not objective.confidence_fraction))
 
 
 def plot_training(cfg: TrainConfig, workdir: str, meta: dict) -> str:

@@ -163,6 +163,39 @@ def test_suffix_blocks_are_masked_from_a_cut_on():
   assert len(set(cuts.reshape(-1).tolist())) > 1
 
 
+def test_confidence_ordered_blocks_mask_the_least_confident_tokens():
+  model = _model(True)
+  length, prompt, ratio = 64, 5, 0.5
+  tokens = jax.random.randint(jax.random.key(7), (3, length), 4, 128)
+  scored = jnp.broadcast_to(jnp.arange(length) >= prompt, (3, length))
+  # With every block's ratio 1, every scored token is masked: the logits are the all-masked pass.
+  _, everything, logits = BlockDiffusion().weighted_nll(
+      model.params, tokens, jax.random.key(8), model.config, t=jnp.ones((3,)), scored=scored)
+  assert np.asarray(everything).sum() == np.asarray(scored[:, 1:]).sum()
+  confidence = np.asarray(jax.nn.softmax(logits).max(-1))
+  _, masked, _ = BlockDiffusion(confidence_fraction=1.0).weighted_nll(
+      model.params, tokens, jax.random.key(9), model.config, t=jnp.full((3,), ratio), scored=scored)
+  masked, blocks = np.asarray(masked), np.asarray(block_ids(scored, SIZE))
+  scored = np.asarray(scored) & (np.arange(length) > 0)
+  for row in range(3):
+    for block in np.unique(blocks[row]):
+      mine = (blocks[row] == block) & scored[row]
+      if not mine.any():
+        continue
+      hidden, given = mine & masked[row], mine & ~masked[row]
+      assert given.sum() == int((1 - ratio) * mine.sum())  # The surest half given.
+      if hidden.any() and given.any():
+        assert confidence[row][given].min() >= confidence[row][hidden].max()
+  assert not (masked & ~scored).any()
+
+
+def test_mask_kind_fractions_must_add_up_to_at_most_one():
+  model = _model(True)
+  with pytest.raises(ValueError, match="0.75 \\+ 0.5"):
+    BlockDiffusion(suffix_fraction=0.75, confidence_fraction=0.5).weighted_nll(
+        model.params, jnp.ones((1, 16), jnp.int32), jax.random.key(0), model.config)
+
+
 def test_complementary_masks_cover_every_scored_token_once():
   model = _model(True)
   length, prompt = 40, 7
