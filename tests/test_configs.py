@@ -11,13 +11,15 @@ from jaxdec.train.trainer import TrainConfig
 
 
 def test_every_zoo_recipe_loads_by_name_and_by_path():
-  assert configs.available() == ["zoo:gsm-ar", "zoo:gsm-dlm", "zoo:gsm-draft", "zoo:pycode-ar",
+  assert configs.available() == ["zoo:gsm-ar", "zoo:gsm-dlm", "zoo:gsm-dlm-confidence",
+                                 "zoo:gsm-dlm-refine", "zoo:gsm-draft", "zoo:pycode-ar",
                                  "zoo:pycode-dlm", "zoo:pycode-dlm-refine", "zoo:pycode-draft"]
   for name in configs.available():
     cfg = configs.load_config(name)
     assert isinstance(cfg, TrainConfig)
     assert configs.load_config(configs.config_path(name)) == cfg
-  assert configs.load_config("zoo:pycode-dlm-refine").init_from == "zoo:pycode-dlm"
+  for stage in ("zoo:pycode-dlm-refine", "zoo:gsm-dlm-refine", "zoo:gsm-dlm-confidence"):
+    assert configs.load_config(stage).init_from == stage.rsplit("-", 1)[0]
 
 
 def test_recipes_live_in_the_package_and_never_import_the_cli():

@@ -15,15 +15,21 @@ plain Fast-dLLM v2 pattern) the untrained adaptation misses 38 and 600 steps of 
 (lr 1e-3) 46: the AR path is perturbed by the masks after it and does not recover, so every
 decoding order failed (0/8: "85 * 9 = 595"). `causal_given` starts at exactly 7; trained
 without the AR term it misses 50 at step 100, with it 20 / 13 / 11 at steps 100 / 200 / 600.
-Not solving problems yet (not shipped): LLaDA order 1/8, threshold 0.9 0/8 at 1.68 tokens per
+This stage alone does not solve problems: LLaDA order 1/8, threshold 0.9 0/8 at 1.68 tokens per
 forward. The masks' guesses are calibrated on average (d tokens past the given prefix: mean
 confidence 0.68 / 0.54 / 0.43 vs accuracy 0.69 / 0.51 / 0.38 at d = 1 / 3 / 7) but not at the
 top (confidence > 0.9: right 98% at d = 1, 85% at d = 7), and confidence-ordered decoding commits
-those first ("85 * 9 = 755"). A second stage from this one (450 steps, `suffix_fraction=0.5`, lr
-3e-4, ~30 min): left to right misses 10, confidence > 0.9 right 99.4% at d = 1 and 94.6% at
-d = 7, LLaDA order 3/8, threshold 0.9 0/8 at 2.08 tokens per forward. Earlier layouts, fully
-bidirectional (1300 steps each): LLaDA's (unshifted) ELBO 0.46, decodes garbage; Dream's with one
-block per row: 0/8 in every order.
+those first ("85 * 9 = 755"). Two more stages train the block shapes decoding meets and make the
+shipped `zoo:gsm-dlm` (~114 min in all, each stage under an hour):
+
+  jaxdec train --config zoo:gsm-dlm --export jaxdec/zoo/gsm-dlm                      # 48.5 min
+  jaxdec train --config zoo:gsm-dlm-refine --workdir runs/gsm-dlm-refine \
+      --export jaxdec/zoo/gsm-dlm                                                    # 30 min
+  jaxdec train --config zoo:gsm-dlm-confidence --workdir runs/gsm-dlm-confidence \
+      --export jaxdec/zoo/gsm-dlm                                                    # 35 min
+
+Earlier layouts, fully bidirectional (1300 steps each): LLaDA's (unshifted) ELBO 0.46, decodes
+garbage; Dream's with one block per row: 0/8 in every order.
 """
 
 import dataclasses
