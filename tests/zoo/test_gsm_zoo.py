@@ -70,7 +70,9 @@ def test_gsm_dlm_solves_test_problems(tokenizer, problems, name, scheduler):
   decode = lambda p: jaxdec.diffusion_generate(
       dlm, p, gen_length=GEN, block_length=32, steps=GEN, scheduler=scheduler,
       cache=diffusion.DualCache(), stop_early=True)
-  result = evaluate.solve(decode, tokenizer, problems, batch_size=SAMPLE)
+  # One row at a time: a batch gives each row the same tokens, but its rows start blocks at
+  # different steps, and every block start stalls the whole batch for a full refresh forward.
+  result = evaluate.solve(decode, tokenizer, problems, batch_size=1)
   assert result.accuracy >= FLOORS[name]
   if isinstance(scheduler, diffusion.Threshold):  # Parallel commits may even break the format.
     assert result.tokens_per_forward >= 2.0
