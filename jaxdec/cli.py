@@ -539,7 +539,8 @@ def _cmd_bench(args) -> int:
     diffusion.run(args.model, batch_sizes=tuple(args.batch_sizes), num_prompts=args.prompts,
                   gen_length=args.gen_length, block_length=args.block_length,
                   repeats=args.repeats, names=args.configs, out=args.out, plot=args.plot,
-                  task=args.task, judge=None if args.judge == "none" else args.judge)
+                  task=args.task, judge=None if args.judge == "none" else args.judge,
+                  timed_prompts=args.timed_prompts, baseline=args.baseline)
   return 0
 
 
@@ -732,6 +733,12 @@ def _add_bench_parser(sub) -> None:
   df.add_argument("--block-length", type=int, default=32, help="tokens a block")
   df.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   df.add_argument("--configs", nargs="*", help="run only these configurations (names as printed)")
+  df.add_argument("--baseline", default="LLaDA steps=G",
+                  help="the configuration the others are compared with (on a block-causal model "
+                       "such as zoo:gsm-dlm, 'LLaDA steps=G + dual' gives the same tokens)")
+  df.add_argument("--timed-prompts", type=int,
+                  help="time only the first N prompts (quality still from all --prompts; left "
+                       "out: all)")
   df.add_argument("--out", default="bench_results/diffusion.json", help="JSON output path")
   df.add_argument("--plot", action="store_true",
                   help="also write OUT_speedup.png (speedup over the baseline per configuration) "

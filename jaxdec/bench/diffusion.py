@@ -31,7 +31,7 @@ from jaxdec.diffusion import (AsyncLane, DualCache, Factor, FirstStepConfidence,
                               Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
 from jaxdec.diffusion.caches import CanvasView
 from jaxdec.model import forward
-from jaxdec.model import Bidirectional, Model, ModelConfig, init_params
+from jaxdec.model import Bidirectional, BlockCausal, Model, ModelConfig, init_params
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
 RANDOM_CONFIG = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4,
@@ -45,6 +45,10 @@ class Config(NamedTuple):
   scheduler: object
   cache: object
   steps: Callable[[int], int]  # gen_length -> steps
+
+
+BASELINE = "LLaDA steps=G"
+REFERENCE = "threshold 0.9 + dual"  # Fast-dLLM's operating point: a second speedup column.
 
 
 def configs() -> list[Config]:
@@ -168,12 +172,15 @@ def _score(tokenizer, problems, tokens: np.ndarray, lengths: np.ndarray) -> floa
   return gsm_synth.score(texts, problems)
 
 
-def _chosen(names: list[str] | None) -> list[Config]:
+def _chosen(names: list[str] | None, baseline: str = BASELINE) -> list[Config]:
   """The baseline first, then the configurations in `names` (all when None)."""
   known = [c.name for c in configs()]
-  if names is not None and set(names) - set(known):
-    raise ValueError(f"unknown configurations {sorted(set(names) - set(known))}; known: {known}")
-  return [c for c in configs() if c.name == known[0] or names is None or c.name in names]
+  unknown = sorted(set(names or ()) - set(known)) + ([] if baseline in known else [baseline])
+  if unknown:
+    raise ValueError(f"unknown configurations {unknown}; known: {known}")
+  by_name = {c.name: c for c in configs()}
+  return [by_name[baseline]] + [c for c in configs() if c.name != baseline and
+                                (names is None or c.name in names)]
 
 
 def _first_calls(fns: dict) -> tuple[dict, dict]:
@@ -189,7 +196,7 @@ def _first_calls(fns: dict) -> tuple[dict, dict]:
         lambda o: o.lengths))
     counts[name] = {k: np.concatenate([np.asarray(o.stats[k]) for o in outs]) for k in
                     ("decoded", "lookaheads", "lookahead_sequences")}
-    counts[name]["batched"] = sum(int(o.stats["forwards"]) for o in outs)
+    counts[name]["batched"] = np.asarray([int(o.stats["forwards"]) for o in outs])  # Per batch.
   return results, seconds, counts
 
 
@@ -209,6 +216,8 @@ def forward_costs(model: Model, batch: int, prompt_width: int, gen_length: int,
                       active=jnp.ones((batch,), bool), step=jnp.full((batch,), step, jnp.int32),
                       lengths=lengths, window=window, gen_length=gen_length, shift=shift)
     state = cache.init(denoiser, batch, width)
+    if step:  # A cache past its first forward (a block-causal model's primes an empty one).
+      state = state.with_length(jnp.full((batch,), prompt_width, jnp.int32))
     call = jax.jit(lambda st, v: cache.logits(st, denoiser, v)[0])
     return lambda: jax.block_until_ready(call(state, view))
 
@@ -221,16 +230,18 @@ def forward_costs(model: Model, batch: int, prompt_width: int, gen_length: int,
 
 
 def decomposition(c: Config, counts: dict, nfe: np.ndarray, block_length: int,
-                  costs: dict, seconds: float) -> dict:
+                  costs: dict, seconds: float, block_causal: bool = False) -> dict:
   """Where a configuration's time goes (the survey's latency decomposition): forwards per row by
   kind (a refreshed cache's block starts, its cached window steps, full canvas forwards without
   a cache, a scheduler's lookaheads), and the time outside the model: the measured time less
   each batched forward priced at its kind's measured cost (an estimate: a lookahead of H
   hypotheses is priced as H forwards of its kind; below 0 when the standalone forwards cost more
-  than the loop's own, which happens on CPU: read it as a bound, not a measurement)."""
+  than the loop's own, which happens on CPU: read it as a bound, not a measurement). On a
+  block-causal model a cache refreshes only at the first step (the prompt and the first window);
+  every later step is a cached window (a block longer: the previous block is rewritten)."""
   looks, sequences = counts["lookaheads"], counts["lookahead_sequences"]
   main = nfe - looks
-  blocks = -(-counts["decoded"] // block_length)
+  blocks = np.ones_like(main) if block_causal else -(-counts["decoded"] // block_length)
   window = block_length * c.scheduler.windows
   if isinstance(c.cache, (PrefixCache, DualCache)):
     kinds = {"refresh": blocks, "cached": main - blocks, "full": 0 * main}
@@ -246,10 +257,19 @@ def decomposition(c: Config, counts: dict, nfe: np.ndarray, block_length: int,
           "outside model": (seconds - model_s) / seconds}
 
 
+def _timed_counts(counts: dict, timed: int, batch_size: int) -> dict:
+  """A configuration's forward counts over the timed prompts (whole batches) alone."""
+  rows = {k: v[:timed] for k, v in counts.items() if k != "batched"}
+  return {**rows, "batched": int(counts["batched"][: -(-timed // batch_size)].sum())}
+
+
 def _rows(chosen, batch_size, results, counts, first_call, medians, costs, *, task, tokenizer,
-          problems, judged, prompts, gen_length, block_length) -> list[dict]:
-  """One table row per configuration of one batch size, compared with the first (the baseline)."""
+          problems, judged, prompts, gen_length, block_length, block_causal,
+          timed: int) -> list[dict]:
+  """One table row per configuration of one batch size, compared with the first (the baseline);
+  quality from every prompt, tokens/s from the first `timed`."""
   base_tokens = results[chosen[0].name][0]
+  reference = medians.get(REFERENCE)
   rows = []
   for c in chosen:
     tokens, nfe, committed, lengths = results[c.name]
@@ -262,20 +282,21 @@ def _rows(chosen, batch_size, results, counts, first_call, medians, costs, *, ta
       extra["judge bpb"] = judge_bits_per_byte(judged, tokenizer, prompts, tokens)
     rows.append({"batch": batch_size, "config": c.name, **extra, "NFE": float(nfe.mean()),
                  "tokens/forward": float(np.mean(made / nfe)),
-                 "tokens/s": float(made.sum()) / medians[c.name],
+                 "tokens/s": float(made[:timed].sum()) / medians[c.name],
                  "speedup": medians[chosen[0].name] / medians[c.name],
+                 **({} if reference is None else {"vs threshold+dual": reference / medians[c.name]}),
                  "agreement": float(same.mean()), "rows equal": float(same.all(axis=1).mean()),
                  "distinct 4-grams": distinct_ngrams(tokens),
-                 "compile s": max(first_call[c.name] - medians[c.name], 0.0),
-                 **decomposition(c, counts[c.name], nfe, block_length, costs,
-                                 medians[c.name]),
+                 "compile s": max(first_call[c.name] - medians[c.name] * len(made) / timed, 0.0),
+                 **decomposition(c, _timed_counts(counts[c.name], timed, batch_size), nfe[:timed],
+                                 block_length, costs, medians[c.name], block_causal),
                  "forward ms": {str(k): 1e3 * v for k, v in costs.items()},
                  "tokens per forward by step": curve, "rows by step": decoding})
   return rows
 
 
 def _print_header(model_path, model, prompts, prompt_tokens, task, judge, gen_length, block_length,
-                  repeats, baseline, cost_lines) -> None:
+                  repeats, baseline, cost_lines, timed_prompts) -> None:
   """What the table measured, and how ('judge': the AR model that scored continuations, or None)."""
   what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens"
           + (f" (continuations scored by {judge} in bits per byte)" if judge else "")
@@ -283,8 +304,10 @@ def _print_header(model_path, model, prompts, prompt_tokens, task, judge, gen_le
           f"{len(prompts)} {task} test problems (rows stop at their answer's EOS block; tokens "
           "are the answer's)")
   print(f"bench diffusion: {model_path} ({model.config.num_params / 1e6:.2f}M params), {what}, "
-        f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs; "
-        f"speedup and agreement vs '{baseline}' at the same batch size")
+        f"gen {gen_length}, block {block_length}, greedy, median of {repeats} interleaved runs"
+        + ("" if timed_prompts is None or timed_prompts >= len(prompts) else
+           f" of the first {timed_prompts} (whole batches; quality from all)")
+        + f"; speedup and agreement vs '{baseline}' at the same batch size")
   print("forwards per row by kind: a cache's block-start refresh, its cached window steps, full "
         "canvas forwards (no cache), a scheduler's lookaheads; 'outside model': the share of the "
         "time not spent in forwards (each batched forward priced at its kind's cost: "
@@ -294,13 +317,25 @@ def _print_header(model_path, model, prompts, prompt_tokens, task, judge, gen_le
 def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int | None = None, block_length: int = 32, prompt_tokens: int = 128,
         repeats: int = 3, names: list[str] | None = None, out: str | None = None,
-        plot: bool = False, task: str | None = None, judge: str | None = "zoo:pycode-ar") -> dict:
-  """Time every configuration (or those in `names`) against the baseline, per batch size;
+        plot: bool = False, task: str | None = None, judge: str | None = "zoo:pycode-ar",
+        timed_prompts: int | None = None, baseline: str = BASELINE) -> dict:
+  """Time every configuration (or those in `names`) against `baseline`, per batch size;
   `plot` also writes `figures(record)` as PNGs next to `out`. Left out, the model and gen_length
   are the task's (code: zoo:pycode-dlm, 256; gsm-synth: zoo:gsm-dlm, 448). On code, `judge` (an
   AR model with the same tokenizer; None: off) scores every configuration's continuations in
-  bits per byte."""
+  bits per byte.
+
+  Quality (accuracy, agreement, NFE, tokens per forward) comes from one pass over all
+  `num_prompts`; the timed, interleaved repeats run the first `timed_prompts` (rounded up to
+  whole batches; None: all), since accuracy needs hundreds of problems and a speed ratio does
+  not. On a block-causal model (gsm-dlm) 'LLaDA steps=G + dual' gives LLaDA's tokens exactly
+  (its cache is exact), so it may stand in as the baseline where the uncached run is too slow to
+  score many problems (the uncached one's 'rows equal' shows it)."""
   check_plot(plot, out)
+  if timed_prompts is not None and (isinstance(timed_prompts, bool) or
+                                    not isinstance(timed_prompts, int) or timed_prompts < 1):
+    raise ValueError(f"timed_prompts must be None or an int >= 1, got {timed_prompts!r}")
+  chosen = _chosen(names, baseline)
   if model_path is None:
     model_path = "zoo:pycode-dlm" if task is None else "zoo:gsm-dlm"
   model, tokenizer = load_bench_model(model_path)
@@ -316,14 +351,14 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
     if judged.config.vocab_size != model.config.vocab_size:
       raise ValueError(f"judge {judge} has {judged.config.vocab_size} ids, the model "
                        f"{model.config.vocab_size}: it must share the tokenizer")
-  chosen = _chosen(names)
   known = [c.name for c in chosen]
   timer = Timer()
   rows, cost_lines = [], []
   for batch_size in batch_sizes:
     batches = [prompts[i: i + batch_size] for i in range(0, len(prompts), batch_size)]
+    timed = min(len(prompts), -(-(timed_prompts or len(prompts)) // batch_size) * batch_size)
 
-    def runner(c: Config):
+    def runner(c: Config, batches=batches):
       def go():
         outs = [jaxdec.diffusion_generate(model, b, gen_length=gen_length,
                                           block_length=block_length, steps=c.steps(gen_length),
@@ -336,7 +371,8 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
 
     fns = {c.name: runner(c) for c in chosen}
     results, first_call, counts = _first_calls(fns)
-    medians = timer.interleaved(fns, repeats)
+    medians = timer.interleaved({c.name: runner(c, batches[: timed // batch_size + (
+        timed % batch_size > 0)]) for c in chosen}, repeats)
     costs = forward_costs(model, min(batch_size, len(prompts)), max(len(p) for p in prompts),
                           gen_length, {block_length * c.scheduler.windows for c in chosen},
                           timer, repeats)
@@ -345,18 +381,22 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         for k, v in costs.items()))
     rows += _rows(chosen, batch_size, results, counts, first_call, medians, costs, task=task,
                   tokenizer=tokenizer, problems=problems, judged=judged, prompts=prompts,
-                  gen_length=gen_length, block_length=block_length)
+                  gen_length=gen_length, block_length=block_length,
+                  block_causal=isinstance(model.config.attention, BlockCausal), timed=timed)
   _print_header(model_path, model, prompts, prompt_tokens, task, judge if judged is not None
-                else None, gen_length, block_length, repeats, known[0], cost_lines)
+                else None, gen_length, block_length, repeats, known[0], cost_lines, timed_prompts)
   columns = ["batch", "config", *(["accuracy", "mean length"] if task else []),
              *(["judge bpb"] if judged is not None else []), "NFE",
-             "tokens/forward", "tokens/s", "speedup", "agreement", "rows equal",
+             "tokens/forward", "tokens/s", "speedup",
+             *(["vs threshold+dual"] if REFERENCE in known else []), "agreement", "rows equal",
              "distinct 4-grams", "compile s", "refresh fwd", "cached fwd", "full fwd",
              "lookahead fwd", "outside model"]
   return report(rows, columns, timer, {
       "suite": "diffusion", "task": task, "model": model_path, "params": model.config.num_params,
       "prompts": len(prompts), "prompt_tokens": prompt_tokens, "gen_length": gen_length,
-      "block_length": block_length, "repeats": repeats}, out, figures if plot else None)
+      "block_length": block_length, "repeats": repeats, "baseline": known[0],
+      "timed_prompts": min(len(prompts), timed_prompts or len(prompts))}, out,
+      figures if plot else None)
 
 
 # Rows for `jaxdec demo` (merged by jaxdec.demo.run; each fn(models, prompts, new_tokens) ->

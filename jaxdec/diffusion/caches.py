@@ -13,6 +13,9 @@ may hold the others back, so that a batch gives every row exactly what it would 
   both are opt-in approximations; on a one-layer model they are exact, which the tests use.
   `PrefixCache` reuses the prefix before the block (the window is the block and everything
   after); `DualCache` reuses the prefix and the suffix (the window is the block alone).
+  On a `BlockCausal` model (block diffusion: the denoiser has a `block_size`) both are exact and
+  the same: later blocks are invisible and earlier ones final, so there is no refresh; the
+  cache grows a block at a time (`_Refreshed._extend`), and rows out of step never wait.
 
 The refresh forward writes the canvas in *slot order* prefix ++ suffix ++ window (cache slots
 carry their positions; attention is order-free), leaving the window's slots last, to be
@@ -23,6 +26,7 @@ that the block's first position is predicted by a fresh output.
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Any, Protocol
 
 import jax
@@ -115,11 +119,42 @@ class _Refreshed:
     return denoiser.init_cache(batch, width)
 
   def logits(self, state, denoiser, view: CanvasView):
+    block = getattr(denoiser, "block_size", None)
+    if block is not None:  # Exact and never refreshed: see `_extend`.
+      first = jnp.all(state.length == 0)  # Nothing kept yet: the prompt's keys and values.
+      return jax.lax.cond(first, self._prime, functools.partial(self._extend, block=block),
+                          state, denoiser, view)
     # While any row starts a block, the whole batch runs the refresh forward, and only the rows
     # starting a block take a step; the others wait one iteration. That is what keeps a batch
     # equal to one-by-one runs: every row's step sees exactly the forward it would see alone.
     refresh = jnp.any(view.active & (view.step == 0))
     return jax.lax.cond(refresh, self._refresh, self._cached, state, denoiser, view)
+
+  def _prime(self, state, denoiser, view: CanvasView):
+    """A block-causal model's first step: the prompts and the first window (nothing after it can
+    be seen), keys and values kept in position order (slot = position)."""
+    batch, width = view.x.shape
+    size = min(width - view.gen_length + view.window, width)
+    index = positions(batch, size)
+    h, out = denoiser.hidden(view.x[:, :size], index, state.with_length(0),
+                             jnp.minimum(size, view.lengths))
+    return denoiser.logits(h, view.logit_index()), view.active, out
+
+  def _extend(self, state, denoiser, view: CanvasView, *, block: int):
+    """A block-causal model's later steps: a query window of the block before the active window
+    and the window itself, written over their slots; every slot before it holds a final block's
+    keys and values, and nothing after the window is visible. So each step is exact, the cache
+    grows by a block whenever a row starts one (the previous block's final tokens are rewritten
+    in the step that starts it), and no row ever waits for another's refresh."""
+    batch, width = view.x.shape
+    size = block + view.window
+    first = jnp.maximum(view.start - block, 0)
+    index = positions(batch, size, first)
+    tokens = jnp.take_along_axis(view.x, jnp.minimum(index, width - 1), axis=1)
+    h, out = denoiser.hidden(tokens, index, state.with_length(first),
+                             jnp.minimum(size, view.lengths - first))
+    logits = denoiser.logits(h, positions(batch, view.window, view.start - view.shift - first))
+    return logits, view.active, out
 
   def _window(self, view: CanvasView):
     """(first query position i32[B], real query length i32[B], static query length)."""

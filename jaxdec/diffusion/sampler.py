@@ -32,7 +32,8 @@ class Denoiser(Protocol):
   """What the sampler needs from a model: hidden states for tokens at positions, of which the
   first valid_lengths i32[B] per row are real (with an optional KVCache, as
   `jaxdec.model.forward`), and logits f32[B, N, V] of the hidden states at index i32[B, N].
-  Tests plug in hand-built logits this way."""
+  Tests plug in hand-built logits this way. Optional: `block_size`, an int when the model is
+  block-causal (the caches then run exact without refreshes; see caches.py)."""
 
   mask_token_id: int
   shifted_logits: bool
@@ -67,6 +68,11 @@ class ModelDenoiser:
   @property
   def shifted_logits(self) -> bool:
     return self.config.shifted_logits
+
+  @property
+  def block_size(self) -> int | None:
+    """A `BlockCausal` model's block (caches are exact for it), None for other patterns."""
+    return getattr(self.config.attention, "block_size", None)
 
   def hidden(self, tokens, positions, cache, valid_lengths):
     if self.offsets is not None:

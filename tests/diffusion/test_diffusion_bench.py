@@ -119,3 +119,37 @@ def test_the_judge_prefers_its_own_greedy_continuation():
   own = bench.judge_bits_per_byte(judge, Bytes(), prompts, greedy)
   assert own < bench.judge_bits_per_byte(judge, Bytes(), prompts, noise)
   assert own != bench.judge_bits_per_byte(judge, Bytes(), prompts[::-1], greedy)
+
+
+def test_bench_times_a_subset_against_a_chosen_baseline(tmp_path, capsys):
+  """On a block-causal model the dual cache is exact, so it can stand in as the baseline: the
+  uncached LLaDA row then agrees with it row for row. Quality comes from every prompt, the timed
+  repeats from the first (whole batches); the cache refreshes once per row (its first step)."""
+  import pytest
+
+  import jaxdec
+  from jaxdec.model import BlockCausal
+  from jaxdec.tasks import gsm_synth
+  from jaxdec.train.tokenizer import train_bpe
+  from tiny import tiny_model
+
+  tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
+  model = tiny_model(vocab_size=320, max_position_embeddings=512, bos_token_id=1,
+                     eos_token_ids=(2,), attention=BlockCausal(16), mask_token_id=3,
+                     architecture="llada", std=0.5)
+  path = jaxdec.save(model, str(tmp_path / "bd"), tokenizer=tok)
+  record = bench.run(path, batch_sizes=(2,), num_prompts=3, gen_length=32, block_length=16,
+                     repeats=1, timed_prompts=1, baseline="LLaDA steps=G + dual",
+                     names=["LLaDA steps=G", "threshold 0.9 + dual"], task="gsm-synth",
+                     out=str(tmp_path / "d.json"))
+  base, plain, fast = record["rows"]
+  assert base["config"] == "LLaDA steps=G + dual" and plain["config"] == "LLaDA steps=G"
+  assert plain["rows equal"] == 1.0 and base["speedup"] == 1.0
+  assert fast["vs threshold+dual"] == 1.0 and record["baseline"] == "LLaDA steps=G + dual"
+  assert base["refresh fwd"] == fast["refresh fwd"] == 1 and plain["cached fwd"] == 0
+  assert base["cached fwd"] == plain["full fwd"] - 1
+  assert "of the first 1 (whole batches; quality from all)" in capsys.readouterr().out
+  with pytest.raises(ValueError, match="unknown configurations.*'fast'"):
+    bench.run(path, baseline="fast")
+  with pytest.raises(ValueError, match="timed_prompts must be"):
+    bench.run(path, timed_prompts=0)
