@@ -12,8 +12,9 @@ Fast-dLLM's threshold `tau`; lane 0 always commits its most confident mask, so a
 takes more forwards than the threshold rule gives it. The block is finished when lane 0 is
 filled; the window then moves on, and the next lane, partly decoded, becomes lane 0. Output order
 is the canvas order. Not modelled: the paper's lookahead draft reuse and compact cache refresh
-(with `DualCache` the whole window is the query, refreshed at every block start), and a lane
-already filled when it becomes lane 0 still costs one forward before it ends.
+(with `DualCache` the whole window is the query; on a bidirectional model it is refreshed at
+every block start), and a lane already filled when it becomes lane 0 still costs one forward
+before it ends.
 """
 
 from __future__ import annotations
