@@ -318,6 +318,30 @@ def _print_header(model_path, model, prompts, prompt_tokens, task, judge, gen_le
         + "; ".join(cost_lines) + ")")
 
 
+def _load_judge(judge: str | None, model: Model) -> Model | None:
+  """The AR model that scores code continuations (None: off); it must share the tokenizer."""
+  if judge is None:
+    return None
+  judged = jaxdec.load(judge, dtype=np.float32)
+  if judged.config.vocab_size != model.config.vocab_size:
+    raise ValueError(f"judge {judge} has {judged.config.vocab_size} ids, the model "
+                     f"{model.config.vocab_size}: it must share the tokenizer")
+  return judged
+
+
+def _runner(model: Model, c: Config, batches: list, gen_length: int, block_length: int,
+            task: str | None) -> Callable:
+  """A callable that decodes `batches` with configuration `c` (rows stop early on a task)."""
+  def go():
+    outs = [jaxdec.diffusion_generate(model, b, gen_length=gen_length, block_length=block_length,
+                                      steps=c.steps(gen_length), scheduler=c.scheduler,
+                                      cache=c.cache, stop_tokens=() if task is None else None,
+                                      stop_early=task is not None)
+            for b in batches]
+    return jax.block_until_ready(outs)
+  return go
+
+
 def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
         gen_length: int | None = None, block_length: int = 32, prompt_tokens: int = 128,
         repeats: int = 3, names: list[str] | None = None, out: str | None = None,
@@ -349,12 +373,7 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
     from jaxdec.tasks import gsm_synth
 
     gen_length = 256 if task is None else gsm_synth.GEN_LENGTH
-  judged = None
-  if task is None and judge is not None and tokenizer is not None:
-    judged = jaxdec.load(judge, dtype=np.float32)
-    if judged.config.vocab_size != model.config.vocab_size:
-      raise ValueError(f"judge {judge} has {judged.config.vocab_size} ids, the model "
-                       f"{model.config.vocab_size}: it must share the tokenizer")
+  judged = None if task is not None or tokenizer is None else _load_judge(judge, model)
   known = [c.name for c in chosen]
   timer = Timer()
   rows, cost_lines = [], []
@@ -362,21 +381,10 @@ def run(model_path: str | None = None, batch_sizes=(1,), num_prompts: int = 4,
     batches = [prompts[i: i + batch_size] for i in range(0, len(prompts), batch_size)]
     timed = min(len(prompts), -(-(timed_prompts or len(prompts)) // batch_size) * batch_size)
 
-    def runner(c: Config, batches=batches):
-      def go():
-        outs = [jaxdec.diffusion_generate(model, b, gen_length=gen_length,
-                                          block_length=block_length, steps=c.steps(gen_length),
-                                          scheduler=c.scheduler, cache=c.cache,
-                                          stop_tokens=() if task is None else None,
-                                          stop_early=task is not None)
-                for b in batches]
-        return jax.block_until_ready(outs)
-      return go
-
-    fns = {c.name: runner(c) for c in chosen}
-    results, first_call, counts = _first_calls(fns)
-    medians = timer.interleaved({c.name: runner(c, batches[: timed // batch_size + (
-        timed % batch_size > 0)]) for c in chosen}, repeats)
+    run_all = lambda c, some=batches: _runner(model, c, some, gen_length, block_length, task)
+    results, first_call, counts = _first_calls({c.name: run_all(c) for c in chosen})
+    medians = timer.interleaved({c.name: run_all(c, batches[: -(-timed // batch_size)])
+                                 for c in chosen}, repeats)
     costs = forward_costs(model, min(batch_size, len(prompts)), max(len(p) for p in prompts),
                           gen_length, {block_length * c.scheduler.windows for c in chosen},
                           timer, repeats)
