@@ -104,6 +104,14 @@ def slot_order(start: jax.Array, window: jax.Array, length: jax.Array, width: in
                              jnp.where(slot < length, start + slot - suffix_end, slot)))
 
 
+def _query(state, denoiser, view: CanvasView, first: jax.Array, size: int, real: jax.Array):
+  """(hidden, cache): the canvas positions [first, first + size) run against the kept keys and
+  values (written at the cache's length), of which the first `real` per row are real."""
+  index = positions(view.x.shape[0], size, first)
+  tokens = jnp.take_along_axis(view.x, jnp.minimum(index, view.x.shape[1] - 1), axis=1)
+  return denoiser.hidden(tokens, index, state, real)
+
+
 class _Refreshed:
   """Fast-dLLM's scheme, parameterised by the query window's static length."""
 
@@ -146,14 +154,12 @@ class _Refreshed:
     keys and values, and nothing after the window is visible. So each step is exact, the cache
     grows by a block whenever a row starts one (the previous block's final tokens are rewritten
     in the step that starts it), and no row ever waits for another's refresh."""
-    batch, width = view.x.shape
     size = block + view.window
     first = jnp.maximum(view.start - block, 0)
-    index = positions(batch, size, first)
-    tokens = jnp.take_along_axis(view.x, jnp.minimum(index, width - 1), axis=1)
-    h, out = denoiser.hidden(tokens, index, state.with_length(first),
-                             jnp.minimum(size, view.lengths - first))
-    logits = denoiser.logits(h, positions(batch, view.window, view.start - view.shift - first))
+    h, out = _query(state.with_length(first), denoiser, view, first, size,
+                    jnp.minimum(size, view.lengths - first))
+    logits = denoiser.logits(h, positions(view.x.shape[0], view.window,
+                                          view.start - view.shift - first))
     return logits, view.active, out
 
   def _window(self, view: CanvasView):
@@ -174,12 +180,9 @@ class _Refreshed:
     return logits, go, kept
 
   def _cached(self, state, denoiser, view: CanvasView):
-    batch, width = view.x.shape
     first, real, size = self._window(view)
-    index = positions(batch, size, first)
-    tokens = jnp.take_along_axis(view.x, jnp.minimum(index, width - 1), axis=1)
-    h, out = denoiser.hidden(tokens, index, state, real)
-    logits = denoiser.logits(h, positions(batch, view.window))
+    h, out = _query(state, denoiser, view, first, size, real)
+    logits = denoiser.logits(h, positions(view.x.shape[0], view.window))
     return logits, view.active, out.with_length(state.length)
 
 
