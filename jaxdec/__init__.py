@@ -7,12 +7,12 @@
 """
 
 from jaxdec.api import diffusion_generate, forward, generate, speculative_generate
-from jaxdec.io import export_hf, load, load_tokenizer, save, shard
+from jaxdec.io import export_hf, load, load_drafter, load_tokenizer, save, shard
 from jaxdec.model import Model, ModelConfig
 from jaxdec.sampling import Sampling
 from jaxdec.text import complete
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "load_tokenizer", "forward", "generate", "speculative_generate",
+__all__ = ["load", "load_drafter", "load_tokenizer", "forward", "generate", "speculative_generate",
            "diffusion_generate", "complete", "export_hf", "save", "shard", "Model", "ModelConfig", "Sampling"]

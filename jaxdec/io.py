@@ -59,6 +59,27 @@ def as_model(model, what: str = "model") -> Model:
                   f"{type(model).__name__}")
 
 
+def load_drafter(path: str, choices=None):
+  """A trained drafter from 'zoo:NAME' or a directory, ready for `speculative_generate`: Medusa
+  heads (the published layout; a directory jaxdec saved also holds its best tree, else the
+  heads draft a chain). `choices` picks another tree for the same heads (`Heads.with_choices`)."""
+  from jaxdec.convert.medusa import is_medusa_dir, read_medusa
+  from jaxdec.spec.heads import Heads
+
+  directory = resolve(path)
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"drafter directory not found: {directory}")
+  if not is_medusa_dir(directory):
+    raise ValueError(f"{directory} is not a drafter directory jaxdec reads (config.json with "
+                     f"medusa_num_heads)")
+  params, config = read_medusa(directory)
+  heads = Heads(jax.tree.map(jnp.asarray, params))
+  saved = (config.get("jaxdec") or {}).get("choices")
+  if choices is None and saved is not None:
+    choices = tuple(tuple(p) for p in saved)
+  return heads if choices is None else heads.with_choices(choices)
+
+
 def load_tokenizer(path: str) -> Tokenizer:
   """The tokenizer.json of 'zoo:NAME' or of a model directory."""
   return load_tokenizer_dir(resolve(path))

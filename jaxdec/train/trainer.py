@@ -441,7 +441,7 @@ class Trainer:
     cfg = self.cfg
     t0 = time.perf_counter()
     tokens, scored = sample_batch(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
-    loss, _ = train_step(self.module, self.optimizer, self._batch(tokens),
+    loss, metrics = train_step(self.module, self.optimizer, self._batch(tokens),
                          None if scored is None else self._batch(scored),
                          step_key(cfg.seed, self.step), self.objective, self.target)
     loss = float(loss)
@@ -453,7 +453,8 @@ class Trainer:
     bar.update(1)
     bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
     record = {"step": self.step, "loss": loss, "tokens_per_s": rate,
-              "tokens_seen": self.step * tokens_per_step}
+              "tokens_seen": self.step * tokens_per_step,
+              **{name: float(value) for name, value in metrics.items()}}  # The objective's own.
     if val_windows is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
       record["val_loss"] = self.evaluate(val_windows)
       bar.write(f"{cfg.name} step {self.step}: train {loss:.3f}  val {record['val_loss']:.3f}")
