@@ -218,7 +218,8 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   decoding.check_part(drafter, spec.Drafter, "drafter")
   decoding.check_part(verifier, spec.Verifier, "verifier")
   drafter.check(model.config)
-  verifier.check(drafter.tree, sampling)
+  for branch in drafter.variants():
+    verifier.check(branch.tree, sampling)
   return _run_ar_style(model, _speculative_jit,
                        (prompt, prompt_lengths, budget, sampling, key, stops), controls, stream,
                        drafter, verifier, parts=part_types(drafter, verifier))

@@ -209,11 +209,11 @@ def _drafter(args):
 
   name = args.drafter or "lookup"
   knobs = {"lookup": ("num_tokens", "max_ngram"), "adapld": ("num_tokens", "max_ngram", "branches"),
-           "draft": ("num_tokens",)}
-  kind = "draft" if name.startswith("draft:") else name
+           "draft": ("num_tokens",), "heads": ()}
+  kind = name.split(":", 1)[0] if name.startswith(("draft:", "heads:")) else name
   if kind not in knobs:
-    raise ValueError(f"--drafter must be lookup, adapld or draft:MODEL (e.g. "
-                     f"draft:zoo:pycode-draft), got {name!r}")
+    raise ValueError(f"--drafter must be lookup, adapld, draft:MODEL (e.g. draft:zoo:pycode-draft) "
+                     f"or heads:DRAFTER (e.g. heads:zoo:pycode-mtp), got {name!r}")
   for dest in _given(args, ("num_tokens", "max_ngram", "branches")):
     if dest not in knobs[kind]:
       raise ValueError(f"{_flag(dest)} does not act on --drafter {name}")
@@ -223,9 +223,12 @@ def _drafter(args):
   if kind == "adapld":
     given = {{"num_tokens": "depth"}.get(d, d): getattr(args, d) for d in _given(args, knobs["adapld"])}
     return spec.AdaPLD(**given)
-  path = name[len("draft:"):]
+  path = name[len(kind) + 1:]
   if not path:
-    raise ValueError("--drafter draft:MODEL needs the draft model, e.g. draft:zoo:pycode-draft")
+    raise ValueError(f"--drafter {kind}:PATH needs a path, e.g. {kind}:zoo:pycode-"
+                     f"{'draft' if kind == 'draft' else 'mtp'}")
+  if kind == "heads":
+    return jaxdec.load_drafter(path)
   num_tokens = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
   return spec.DraftModel(jaxdec.load(path), **num_tokens)
 
@@ -532,7 +535,7 @@ def _cmd_bench(args) -> int:
 
     spec.run(args.model, args.draft, num_prompts=args.prompts, new_tokens=args.new_tokens,
              num_tokens=tuple(args.num_tokens), repeats=args.repeats, peers=not args.no_peers,
-             out=args.out, plot=args.plot, task=args.task)
+             out=args.out, plot=args.plot, task=args.task, heads_path=args.heads)
   else:
     from jaxdec.bench import diffusion
 
@@ -709,6 +712,9 @@ def _add_bench_parser(sub) -> None:
   sp.add_argument("--new-tokens", type=int,
                   help="tokens generated per prompt (left out: 64, with --task gsm-synth 448)")
   sp.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
+  sp.add_argument("--heads", help="trained Medusa heads for the target (left out: the zoo's, "
+                                  "zoo:pycode-mtp / zoo:gsm-mtp, for a zoo target; 'none': no "
+                                  "heads rows)")
   sp.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   sp.add_argument("--no-peers", action="store_true", help="skip transformers")
   sp.add_argument("--out", default="bench_results/spec.json", help="JSON output path")
@@ -783,11 +789,12 @@ def _add_speculative_flags(gen) -> None:
   """`jaxdec generate`'s drafter and verifier."""
   speculative = gen.add_argument_group(
       "speculative decoding (any of these implies --method speculative)")
-  speculative.add_argument("--drafter", metavar="{lookup,adapld,draft:MODEL}",
+  speculative.add_argument("--drafter", metavar="{lookup,adapld,draft:MODEL,heads:DRAFTER}",
                            help="lookup (prompt lookup), adapld (lookup with a semantic "
-                                "fallback, tree drafts) or draft:MODEL, a small AR model with "
-                                "the target's tokenizer (e.g. draft:zoo:pycode-draft); left out: "
-                                "lookup")
+                                "fallback, tree drafts), draft:MODEL, a small AR model with "
+                                "the target's tokenizer (e.g. draft:zoo:pycode-draft), or "
+                                "heads:DRAFTER, trained Medusa heads with their tree (e.g. "
+                                "heads:zoo:pycode-mtp); left out: lookup")
   speculative.add_argument("--num-tokens", type=_positive_int,
                            help="draft tokens a step (adapld: a branch's depth); left out: the "
                                 "drafter's default (lookup 6, draft 4, adapld 4)")

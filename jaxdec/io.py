@@ -59,12 +59,18 @@ def as_model(model, what: str = "model") -> Model:
                   f"{type(model).__name__}")
 
 
-def load_drafter(path: str, choices=None):
+def load_drafter(path: str, choices=None, tree_size: int | None = None,
+                 entropy_switching: bool = False):
   """A trained drafter from 'zoo:NAME' or a directory, ready for `speculative_generate`: Medusa
   heads (the published layout; a directory jaxdec saved also holds its best tree, else the
-  heads draft a chain). `choices` picks another tree for the same heads (`Heads.with_choices`)."""
+  heads draft a chain). `choices` picks another tree for the same heads (`Heads.with_choices`);
+  `tree_size` builds the best tree of that many nodes from the per-rank accuracies jaxdec saved
+  with the heads (`spec.heads.sparse_tree`). `entropy_switching` returns EntMTP
+  (`spec.entmtp.EntropyTrees`) from the saved entropy profile: each running-entropy bucket's
+  best tree of `tree_size` nodes (left out: the saved tree's size)."""
   from jaxdec.convert.medusa import is_medusa_dir, read_medusa
-  from jaxdec.spec.heads import Heads
+  from jaxdec.spec.entmtp import EntropyTrees
+  from jaxdec.spec.heads import Heads, sparse_tree
 
   directory = resolve(path)
   if not os.path.isdir(directory):
@@ -75,6 +81,23 @@ def load_drafter(path: str, choices=None):
   params, config = read_medusa(directory)
   heads = Heads(jax.tree.map(jnp.asarray, params))
   saved = (config.get("jaxdec") or {}).get("choices")
+  if entropy_switching:
+    profile = (config.get("jaxdec") or {}).get("entropy")
+    if profile is None or choices is not None:
+      raise ValueError(f"entropy switching builds its trees from the entropy profile jaxdec "
+                       f"exports with heads; {directory} has none" if profile is None else
+                       "give choices or entropy_switching, not both")
+    size = tree_size or len(saved)
+    return EntropyTrees(heads.params, tuple(sparse_tree(a, size) for a in profile["accuracy"]),
+                        tuple(profile["thresholds"]), decay=profile["decay"])
+  if tree_size is not None:
+    if choices is not None:
+      raise ValueError("give choices or tree_size, not both")
+    accuracy = (config.get("jaxdec") or {}).get("accuracy")
+    if accuracy is None:
+      raise ValueError(f"{directory} holds no per-rank head accuracies to build a tree from "
+                       f"(only directories jaxdec exported do); pass choices instead")
+    choices = sparse_tree(accuracy, tree_size)
   if choices is None and saved is not None:
     choices = tuple(tuple(p) for p in saved)
   return heads if choices is None else heads.with_choices(choices)

@@ -20,18 +20,24 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec import spec
+from jaxdec import spec, zoo
 from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
 
 
-def _jaxdec_methods(draft, num_tokens):
+def _jaxdec_methods(draft, num_tokens, heads_path: str | None):
   methods = {"jaxdec greedy AR": None}
   for k in num_tokens:
     methods[f"jaxdec draft model k={k}"] = spec.DraftModel(draft, k)
   methods["jaxdec prompt lookup (n<=3, 4 tokens)"] = spec.PromptLookup(3, 4)
   methods["jaxdec AdaPLD (3 branches x 4)"] = spec.AdaPLD(max_ngram=3, min_ngram=2, depth=4, branches=3)
+  if heads_path is not None:  # Trained heads: their chain, then the best trees of a few sizes.
+    heads = jaxdec.load_drafter(heads_path)
+    methods[f"jaxdec Medusa heads chain ({heads.num_heads})"] = spec.Heads(heads.params)
+    for size in HEAD_TREE_SIZES:
+      methods[f"jaxdec Medusa heads tree ({size} nodes)"] = jaxdec.load_drafter(heads_path,
+                                                                              tree_size=size)
   return methods
 
 
@@ -123,6 +129,8 @@ def _hf_methods(model, draft, prompts, new_tokens, eos, directory: str) -> dict:
 
 _DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
              "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", gsm_synth.GEN_LENGTH)}
+_HEADS = {"zoo:pycode-ar": "zoo:pycode-mtp", "zoo:gsm-ar": "zoo:gsm-mtp"}  # Shipped heads.
+HEAD_TREE_SIZES = (8, 16, 32)
 
 
 def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
@@ -137,10 +145,11 @@ def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
 def run(target_path: str | None = None, draft_path: str | None = None, num_prompts: int = 8,
         prompt_tokens: int = 128, new_tokens: int | None = None, num_tokens=(3, 4, 6),
         repeats: int = 3, peers: bool = True, out: str | None = None, plot: bool = False,
-        task: str | None = None) -> dict:
+        task: str | None = None, heads_path: str | None = None) -> dict:
   """Every method on the same prompts, timed interleaved; `plot` also writes `figures(record)`
   as PNGs next to `out`. Left out, the models and new_tokens are the task's (code: zoo:pycode-ar,
-  zoo:pycode-draft, 64; gsm-synth: zoo:gsm-ar, zoo:gsm-draft, 448)."""
+  zoo:pycode-draft, 64; gsm-synth: zoo:gsm-ar, zoo:gsm-draft, 448), and the Medusa heads rows
+  use the zoo's heads for a zoo target (`heads_path`: other heads; 'none': no heads rows)."""
   if task not in _DEFAULTS:
     raise ValueError(f"task must be one of {[t for t in _DEFAULTS if t]} or None, got {task!r}")
   check_plot(plot, out)
@@ -151,7 +160,11 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
   tokenizer = jaxdec.load_tokenizer(target_path)
   prompts, problems = _workload(task, tokenizer, num_prompts, prompt_tokens)
   eos = list(model.config.eos_token_ids)
-  drafters = _jaxdec_methods(draft, num_tokens)
+  if heads_path is None:
+    heads_path = _HEADS.get(target_path)
+    if heads_path is not None and heads_path[len("zoo:"):] not in zoo.available():
+      heads_path = None
+  drafters = _jaxdec_methods(draft, num_tokens, None if heads_path == "none" else heads_path)
   fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
          for name, d in drafters.items()}
   tmp = tempfile.TemporaryDirectory()

@@ -7,6 +7,8 @@ A directory holds `config.json` (`medusa_num_heads`, `medusa_num_layers`, and th
   medusa_head.{i}.{j}.linear.weight [D, D], medusa_head.{i}.{j}.linear.bias [D]  (j < layers)
   medusa_head.{i}.{layers}.weight [V, D]                                          (the unembedding)
 
+jaxdec's sequential heads add `hydra_embed.weight` [V, D] and `hydra_mix.{i}.weight` [D, D].
+
 jaxdec writes the same layout plus a `jaxdec` entry in config.json: the candidate tree
 (`choices`) measured best for the heads, and the per-rank accuracies it was built from, so a
 directory jaxdec saved loads ready to use and a published one loads as a chain.
@@ -51,17 +53,23 @@ def read_medusa(directory: str) -> tuple[dict, dict]:
       w[i, j] = _shaped(take(f"medusa_head.{i}.{j}.linear.weight"), (hidden, hidden), directory).T
       b[i, j] = _shaped(take(f"medusa_head.{i}.{j}.linear.bias"), (hidden,), directory)
   unembed = np.stack([_shaped(u, (hidden, vocab), directory) for u in unembed])
+  params = {"w": w, "b": b, "unembed": unembed}
+  if "hydra_embed.weight" in tensors:  # jaxdec's sequential heads.
+    params["embed"] = _shaped(take("hydra_embed.weight"), (vocab, hidden), directory)
+    params["mix"] = np.stack([_shaped(take(f"hydra_mix.{i}.weight"), (hidden, hidden), directory).T
+                              for i in range(heads)])
   if tensors:
     raise ValueError(f"{directory}: tensors not used by {heads} Medusa heads of {layers} layers: "
                      f"{sorted(tensors)}")
-  return {"w": w, "b": b, "unembed": unembed}, config
+  return params, config
 
 
-def write_medusa(params: dict, directory: str, *, choices=None, accuracy=None, extra=None,
-                 dtype: str = "float16") -> str:
+def write_medusa(params: dict, directory: str, *, choices=None, accuracy=None, entropy=None,
+                 extra=None, dtype: str = "float16") -> str:
   """Write heads' params (`head_logits` layout) as a Medusa directory; `choices` / `accuracy`
-  (the best tree and the table it came from) go into config.json's `jaxdec` entry, `extra` into
-  config.json itself."""
+  (the best tree and the table it came from) and `entropy` (EntMTP's profile: thresholds,
+  per-bucket accuracy, decay) go into config.json's `jaxdec` entry, `extra` into config.json
+  itself."""
   os.makedirs(directory, exist_ok=True)
   w, b, unembed = (np.asarray(params[k], np.float32) for k in ("w", "b", "unembed"))
   heads, layers, hidden = w.shape[:3]
@@ -71,13 +79,19 @@ def write_medusa(params: dict, directory: str, *, choices=None, accuracy=None, e
       tensors[f"medusa_head.{i}.{j}.linear.weight"] = w[i, j].T
       tensors[f"medusa_head.{i}.{j}.linear.bias"] = b[i, j]
     tensors[f"medusa_head.{i}.{layers}.weight"] = unembed[i].T
+  if "mix" in params:  # Sequential heads: jaxdec's own tensors beside Medusa's.
+    tensors["hydra_embed.weight"] = np.asarray(params["embed"], np.float32)
+    for i in range(heads):
+      tensors[f"hydra_mix.{i}.weight"] = np.asarray(params["mix"][i], np.float32).T
   save_file({k: np.ascontiguousarray(v.astype(dtype)) for k, v in tensors.items()},
             os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
   config = {"medusa_num_heads": heads, "medusa_num_layers": layers, "hidden_size": hidden,
             "vocab_size": unembed.shape[-1], **(extra or {})}
   if choices is not None:
     config["jaxdec"] = {"choices": [list(p) for p in choices],
-                        "accuracy": None if accuracy is None else np.asarray(accuracy).tolist()}
+                        "accuracy": None if accuracy is None else np.asarray(accuracy).tolist(),
+                        "entropy": None if entropy is None else {
+                            k: np.asarray(v).tolist() for k, v in entropy.items()}}
   with open(os.path.join(directory, "config.json"), "w") as f:
     json.dump(config, f, indent=2)
   return directory

@@ -5,9 +5,13 @@ the loop calls `propose(state, ctx)` for the drafts, runs the target over them, 
 calls `update(state, feedback)` with what was accepted. Its state rides in the loop carry, so a
 drafter may keep a KV cache, features, statistics, whatever fits in static shapes.
 
-Subclass `Drafter` to inherit the defaults (no state, no hidden states, no feedback; `propose`
-is the one method without a default); any object with the same members works too (checked by
-name when the API is called).
+Subclass `Drafter` to inherit the defaults (no state, no hidden states, no feedback, one tree;
+`propose` is the one method without a default); any object with the same members works too
+(checked by name when the API is called).
+
+A drafter may switch topology from step to step (EntMTP): `variants()` lists drafters that share
+its state, each with its own static tree, and `pick(state)` says which runs this step; the loop
+compiles one step per branch and selects with `lax.switch`, so every branch keeps static shapes.
 """
 
 from __future__ import annotations
@@ -50,13 +54,16 @@ class Context:
 class Feedback:
   """What verification decided this step, for `Drafter.update`: the proposed draft, the verdict,
   count i32[B] tokens committed (accepted drafts + the next token, cut at a stop token or the
-  budget), total i32[B] the committed length after the step, active bool[B] rows that ran it."""
+  budget), total i32[B] the committed length after the step, active bool[B] rows that ran it,
+  logits f32[B, D + 1, V] the target's (after the logits rules) at the root and the accepted
+  path: committed token j was chosen from logits[:, j]."""
 
   draft: Draft
   verdict: Verdict
   count: jax.Array
   total: jax.Array
   active: jax.Array
+  logits: jax.Array
 
 
 class Drafter(Protocol):
@@ -85,6 +92,15 @@ class Drafter(Protocol):
   def update(self, state: Any, feedback: Feedback) -> Any:
     """The state after verification (default: unchanged)."""
     return state
+
+  def variants(self) -> tuple["Drafter", ...]:
+    """Drafters sharing this one's state, one per topology it may switch between (default: just
+    itself). The loop sizes its buffers for the largest tree among them."""
+    return (self,)
+
+  def pick(self, state: Any) -> jax.Array:
+    """i32[]: which of `variants()` drafts this step, one choice for the whole batch (default 0)."""
+    return jnp.zeros((), jnp.int32)
 
 
 def check_positive(name: str, value) -> None:

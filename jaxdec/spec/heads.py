@@ -5,7 +5,10 @@ step's drafts cost a few matrix products instead of draft-model forwards.
 Head k (1..K) is `num_layers` residual blocks x + SiLU(W x + b) followed by its own unembedding,
 and from the hidden state at position t it predicts token t + k + 1. In the speculative loop the
 last committed token (the root, at total - 1) was chosen from the hidden state at total - 2, so
-head k drafts the token at depth k of the tree. Candidates form a sparse tree given as Medusa's
+head k drafts the token at depth k of the tree. Sequential heads (Hydra's idea, in its simplest
+form) also read the token just before their target: head 1 the root, head k its parent node's
+token, through a mixing matrix that starts at zero (so training starts from Medusa's heads).
+Candidates form a sparse tree given as Medusa's
 `choices`: each node is a path of ranks, (0, 2) = head 1's top-1 token followed by head 2's
 top-3 token. Drafts are deterministic (ranks of the heads' logits), so `Exact` verification is
 lossless on any tree.
@@ -24,16 +27,41 @@ from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import Draft
 
 
-def head_logits(params: dict, hidden: jax.Array) -> jax.Array:
-  """Final-normed hidden [..., D] -> f32[..., K, V]: every head's logits.
+def head_logits(params: dict, hidden: jax.Array, previous: jax.Array | None = None) -> jax.Array:
+  """Every head's logits f32[..., K, V] from the final-normed hidden state [..., D] at t.
 
-  params: w f32[K, R, D, D] (input x output), b f32[K, R, D], unembed f32[K, D, V]."""
+  params: w f32[K, R, D, D] (input x output), b f32[K, R, D], unembed f32[K, D, V]; sequential
+  heads add mix f32[K, D, D] and embed f32[V, D], and read `previous` i32[..., K]: the token
+  just before each head's target (head k, predicting t + k + 1, reads token t + k)."""
   x = jnp.broadcast_to(hidden[..., None, :], hidden.shape[:-1] + (params["w"].shape[0],)
                        + hidden.shape[-1:]).astype(params["w"].dtype)
+  if "mix" in params:
+    x = x + jnp.einsum("...kd,kde->...ke", params["embed"][previous], params["mix"])
   for r in range(params["w"].shape[1]):
     bias = params["b"][:, r].reshape((1,) * (x.ndim - 2) + params["b"].shape[::2])
     x = x + jax.nn.silu(jnp.einsum("...kd,kde->...ke", x, params["w"][:, r]) + bias)
   return jnp.einsum("...kd,kdv->...kv", x, params["unembed"]).astype(jnp.float32)
+
+
+def draft_tree(params: dict, hidden: jax.Array, root: jax.Array, choices) -> jax.Array:
+  """The tokens i32[B, N] of the tree nodes `choices` (sorted, checked) drafted from the hidden
+  state f32[B, D] that predicted the root token i32[B]. Parallel heads rank once; sequential
+  heads run depth by depth, each parent's token feeding the head that drafts its children."""
+  if "mix" not in params:
+    return ranked_tokens(head_logits(params, hidden), choices)
+  index = {path: i for i, path in enumerate(choices)}
+  tokens = [None] * len(choices)
+  for depth in range(1, max(len(p) for p in choices) + 1):
+    level = [p for p in choices if len(p) == depth]
+    parents = sorted({p[:-1] for p in level})
+    parent_tokens = jnp.stack([root if not q else tokens[index[q]] for q in parents], axis=1)
+    head = jax.tree.map(lambda x: x[depth - 1: depth], {k: v for k, v in params.items() if k != "embed"})
+    logits = head_logits(dict(head, embed=params["embed"]), hidden[:, None, :],
+                         parent_tokens[..., None])[:, :, 0]  # [B, parents, V]
+    _, ranked = jax.lax.top_k(logits, 1 + max(p[-1] for p in level))
+    for p in level:
+      tokens[index[p]] = ranked[:, parents.index(p[:-1]), p[-1]].astype(jnp.int32)
+  return jnp.stack(tokens, axis=1)
 
 
 def chain(depth: int) -> tuple[tuple[int, ...], ...]:
@@ -102,6 +130,9 @@ def choices_tree(choices) -> Tree:
   return Tree(tuple(index.get(path[:-1], 0) for path in choices))
 
 
+PARAM_KEYS = ({"w", "b", "unembed"}, {"w", "b", "unembed", "mix", "embed"})
+
+
 @struct.dataclass
 class Heads(Drafter):
   """Medusa heads over the target (`params` as `head_logits`), drafting the tree `choices`
@@ -113,9 +144,10 @@ class Heads(Drafter):
   forwards = 0
 
   def __post_init__(self):
-    if not isinstance(self.params, dict) or set(self.params) != {"w", "b", "unembed"}:
-      raise TypeError(f"Heads.params must be a dict with w, b and unembed, got "
-                      f"{type(self.params).__name__} {sorted(self.params) if isinstance(self.params, dict) else ''}")
+    if not isinstance(self.params, dict) or set(self.params) not in PARAM_KEYS:
+      raise TypeError(f"Heads.params must be a dict with w, b and unembed (and mix, embed for "
+                      f"sequential heads), got {type(self.params).__name__} "
+                      f"{sorted(self.params) if isinstance(self.params, dict) else ''}")
     choices = chain(self.num_heads) if self.choices is None else self.choices
     choices = check_choices(choices, self.num_heads)
     if max(len(p) for p in choices) < self.num_heads:
@@ -135,7 +167,8 @@ class Heads(Drafter):
   def with_choices(self, choices) -> "Heads":
     """The same heads drafting another tree; heads deeper than it are dropped."""
     depth = max(len(p) for p in check_choices(choices, self.num_heads))
-    return Heads(jax.tree.map(lambda x: x[:depth], self.params), tuple(choices))
+    params = {k: v if k == "embed" else v[:depth] for k, v in self.params.items()}
+    return Heads(params, tuple(choices))
 
   def check(self, target: ModelConfig) -> None:
     _, hidden, vocab = self.params["unembed"].shape
@@ -150,9 +183,15 @@ class Heads(Drafter):
     return (target.num_layers,)  # The final-normed state.
 
   def propose(self, state, ctx: Context):
-    hidden = gather_hidden(ctx.hidden[0], ctx.total - 2)
-    return Draft(tokens=ranked_tokens(head_logits(self.params, hidden), self.choices),
-                 valid=jnp.ones((hidden.shape[0], len(self.choices)), bool)), state
+    return draft_from(self.params, ctx, self.choices), state
+
+
+def draft_from(params: dict, ctx: Context, choices) -> Draft:
+  """Heads' drafts of the tree `choices` after the committed sequence in `ctx`."""
+  hidden = gather_hidden(ctx.hidden[0], ctx.total - 2)
+  root = jnp.take_along_axis(ctx.seq, (ctx.total - 1)[:, None], 1)[:, 0]
+  return Draft(tokens=draft_tree(params, hidden, root, choices),
+               valid=jnp.ones((hidden.shape[0], len(choices)), bool))
 
 
 def gather_hidden(hidden: jax.Array, index: jax.Array) -> jax.Array:

@@ -10,6 +10,7 @@ count, so a ragged batch gives every row what it would get alone.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -68,8 +69,8 @@ def compact_path(cache: KVCache, base: jax.Array, path: jax.Array, tree: Tree) -
 
 
 def _verify(c: _Step, s: _SpecState, rows: jax.Array):
-  """Draft, run the target over [root, drafts], verify: (draft, verdict, logits, hidden, cache,
-  state); `logits` are the target's own, before the controls' rules."""
+  """Draft, run the target over [root, drafts], verify: (draft, verdict, logits, ruled, hidden,
+  cache, state); `logits` are the target's own, `ruled` after the controls' rules."""
   tree = c.drafter.tree
   base = s.total - 1  # Position (and cache slot) of the root: the last committed token.
   ctx = Context(seq=s.seq, total=s.total, hidden=s.hidden, cache=s.cache, sampling=c.sampling,
@@ -90,7 +91,7 @@ def _verify(c: _Step, s: _SpecState, rows: jax.Array):
   generated = (s.total - c.prompt_lengths)[:, None] + jnp.asarray(tree.depths)[None, :]
   ruled = c.controls.process(logits, s.controls, generated, c.stop_tokens, pending)
   verdict = c.verifier(draft, ruled, tree, c.sampling, c.key, rows, base)
-  return draft, verdict, logits, hidden, cache, draft_state
+  return draft, verdict, logits, ruled, hidden, cache, draft_state
 
 
 def _emit(c: _Step, s: _SpecState, draft, verdict: Verdict):
@@ -118,7 +119,7 @@ def _step(c: _Step, s: _SpecState) -> _SpecState:
   capacity = s.seq.shape[1]
   active = ~s.done
   base = s.total - 1
-  draft, verdict, logits, block_hidden, cache, draft_state = _verify(c, s, rows)
+  draft, verdict, logits, ruled, block_hidden, cache, draft_state = _verify(c, s, rows)
   emitted, count, hit_stop, histories = _emit(c, s, draft, verdict)
   j = jnp.arange(emitted.shape[1], dtype=jnp.int32)[None, :]
   write = j < count[:, None]
@@ -140,7 +141,8 @@ def _step(c: _Step, s: _SpecState) -> _SpecState:
         picked, mode="drop")
   done = s.done | (active & (hit_stop | (total - c.prompt_lengths >= c.budget)))
   committed = jnp.minimum(verdict.num_accepted, count)  # Drafts that made it into the output.
-  feedback = Feedback(draft=draft, verdict=verdict, count=count, total=total, active=active)
+  feedback = Feedback(draft=draft, verdict=verdict, count=count, total=total, active=active,
+                      logits=jnp.take_along_axis(ruled, nodes[:, :, None], 1))
   return _SpecState(
       cache=cache, draft_state=c.drafter.update(draft_state, feedback), seq=seq, total=total,
       done=done, hidden=hidden, target_forwards=s.target_forwards + active.astype(jnp.int32),
@@ -217,11 +219,18 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
   # A row that is not done has total <= P + budget - 1, so its block (root at total - 1, then N
   # nodes) ends at slot P + buffer_len + N - 2 at most: capacity P + buffer_len + N - 1 suffices
   # (done rows keep running the batch's forwards; their writes past the end are dropped).
-  capacity = width + buffer_len + drafter.tree.size - 1
+  capacity = width + buffer_len + max(b.tree.size for b in drafter.variants()) - 1
   setting = _Step(params=params, drafter=drafter, verifier=verifier, sampling=sampling,
                   key=typed_key(key), stop_tokens=stop_tokens, prompt_lengths=prompt_lengths,
                   budget=clamp_budget(max_new_tokens, batch, buffer_len), config=config,
                   layers=tuple(drafter.hidden_layers(config)), controls=controls)
   state = _start(setting, prompt, capacity, buffer_len, pad_id)
-  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), lambda s: _step(setting, s), state)
+  steps = [functools.partial(_step, setting.replace(drafter=b)) for b in drafter.variants()]
+
+  def step(s: _SpecState) -> _SpecState:
+    if len(steps) == 1:
+      return steps[0](s)
+    return jax.lax.switch(jnp.clip(drafter.pick(s.draft_state), 0, len(steps) - 1), steps, s)
+
+  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
   return _output(setting, state, buffer_len, pad_id)

@@ -19,7 +19,9 @@ from flax import struct
 
 from jaxdec.decoding import positions
 from jaxdec.model import Model, forward
-from jaxdec.spec.heads import Heads, head_logits
+from jaxdec.convert.medusa import write_medusa
+from jaxdec.spec.entmtp import bucket_of
+from jaxdec.spec.heads import Heads, chain, expected_accepted, head_logits, sparse_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,11 @@ class MedusaHeads:
 
   num_heads: int = 4
   num_layers: int = 1
+  sequential: bool = False  # Each head also reads the token before its target (`spec.heads`).
+  tree_size: int = 16  # Nodes of the candidate tree exported with the heads (`export`).
+  ranks: int = 8  # Ranks per head measured for the tree.
+  entropy_buckets: int = 3  # EntMTP's profile, exported too: running-entropy buckets, its decay.
+  entropy_decay: float = 0.8
 
   def init(self, key: jax.Array, target: Model | None) -> dict:
     del key
@@ -37,11 +44,16 @@ class MedusaHeads:
     config = target.config
     head = target.params["embed"].T if config.tie_word_embeddings else target.params["lm_head"]
     k, r, d = self.num_heads, self.num_layers, config.hidden_size
-    return {"w": jnp.zeros((k, r, d, d), jnp.float32), "b": jnp.zeros((k, r, d), jnp.float32),
-            "unembed": jnp.broadcast_to(head.astype(jnp.float32), (k,) + head.shape)}
+    params = {"w": jnp.zeros((k, r, d, d), jnp.float32), "b": jnp.zeros((k, r, d), jnp.float32),
+              "unembed": jnp.broadcast_to(head.astype(jnp.float32), (k,) + head.shape)}
+    if self.sequential:  # The target's input embedding; mixing starts at zero (Medusa's heads).
+      params.update(mix=jnp.zeros((k, d, d), jnp.float32),
+                    embed=target.params["embed"].astype(jnp.float32))
+    return params
 
   def describe(self) -> dict:
-    return {"kind": "MedusaHeads", "num_heads": self.num_heads, "num_layers": self.num_layers}
+    return {"kind": "MedusaHeads", "num_heads": self.num_heads, "num_layers": self.num_layers,
+            "sequential": self.sequential}
 
   def check(self, target: Model | None) -> None:
     for name in ("num_heads", "num_layers"):
@@ -56,6 +68,27 @@ class MedusaHeads:
 
   def to_drafter(self, params: dict, choices=None) -> Heads:
     return Heads(params, None if choices is None else tuple(map(tuple, choices)))
+
+  def export(self, params: dict, target: Model, windows, out_dir: str | None, *,
+             dtype: str = "float16", extra: dict | None = None) -> dict:
+    """Measure the heads' per-rank accuracy on `windows` (a validation split), build the best
+    `tree_size`-node tree from it and, with `out_dir`, write the heads there in Medusa's layout
+    with that tree. Returns the evaluation (accuracy table, tree, expected tokens per step)."""
+    accuracy = head_accuracy(params, target, windows, ranks=self.ranks)
+    choices = sparse_tree(accuracy, self.tree_size)
+    thresholds, by_bucket = entropy_profile(params, target, windows, self.entropy_buckets,
+                                            self.ranks, self.entropy_decay)
+    entropy = {"thresholds": thresholds, "accuracy": by_bucket, "decay": self.entropy_decay}
+    evals = {"head_accuracy": accuracy.round(4).tolist(), "choices": [list(p) for p in choices],
+             "expected_tau": round(1.0 + expected_accepted(accuracy, choices), 3),
+             "expected_tau_chain": round(1.0 + expected_accepted(accuracy, chain(self.num_heads)), 3),
+             "entropy_thresholds": thresholds.round(4).tolist(),
+             "expected_tau_by_entropy_bucket": [
+                 round(1.0 + expected_accepted(a, sparse_tree(a, self.tree_size)), 3) for a in by_bucket]}
+    if out_dir:
+      write_medusa(params, out_dir, choices=choices, accuracy=accuracy, entropy=entropy,
+                   extra=extra, dtype=dtype)
+    return evals
 
 
 @struct.dataclass
@@ -117,10 +150,11 @@ class MultiToken:
     config = target.config
     logits, hidden, _ = forward(target.params, tokens, positions(*tokens.shape), config=config,
                                 hidden_layers=(config.num_layers,))
-    heads = head_logits(params, jax.lax.stop_gradient(hidden[0]))
-    num_heads = heads.shape[2]
-    scored = jnp.ones(tokens.shape, bool) if scored is None else scored
+    num_heads = params["w"].shape[0]
     shift = lambda x, n, fill: jnp.pad(x[:, n:], ((0, 0), (0, n)), constant_values=fill)
+    previous = jnp.stack([shift(tokens, k + 1, 0) for k in range(num_heads)], axis=-1)
+    heads = head_logits(params, jax.lax.stop_gradient(hidden[0]), previous)
+    scored = jnp.ones(tokens.shape, bool) if scored is None else scored
     labels = jnp.stack([shift(tokens, k + 2, 0) for k in range(num_heads)], axis=-1)
     valid = jnp.stack([shift(scored, k + 2, False) for k in range(num_heads)], axis=-1)
     if self.boundaries is not None:
@@ -132,17 +166,47 @@ def head_accuracy(heads_params: dict, target: Model, windows, ranks: int = 8) ->
   """f64[K, ranks]: how often head k's rank-r token is the right one, over the scored positions
   of `windows` (i32[N, L], or `corpus.Rows` with a `scored` mask). `spec.heads.sparse_tree`'s
   input."""
+  rank, valid, _ = _head_ranks(heads_params, target, windows)
+  return _table(rank, valid, ranks)
+
+
+def entropy_profile(heads_params: dict, target: Model, windows, buckets: int = 3,
+                    ranks: int = 8, decay: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+  """EntMTP's offline profile: (thresholds f64[buckets - 1], accuracy f64[buckets, K, ranks]).
+  The running entropy at a prediction from position t is the EMA (`decay`) of the target's
+  entropies at positions 0..t, as `spec.entmtp.EntropyTrees` keeps it while decoding (every
+  committed token's); the thresholds are its quantiles over the scored positions (equal-count
+  buckets), and each bucket gets its own per-rank accuracy table."""
+  rank, valid, entropy = _head_ranks(heads_params, target, windows, decay)
+  scored = valid[:, 0]
+  thresholds = np.quantile(entropy[scored], np.arange(1, buckets) / buckets)
+  bucket = bucket_of(entropy, thresholds)
+  return thresholds, np.stack([_table(rank, valid & (bucket == b)[:, None], ranks)
+                               for b in range(buckets)])
+
+
+def _table(rank: np.ndarray, valid: np.ndarray, ranks: int) -> np.ndarray:
+  counts = np.stack([np.sum(valid & (rank == r), axis=0) for r in range(ranks)], axis=1)
+  return counts / np.maximum(np.sum(valid, axis=0), 1)[:, None]
+
+
+def _head_ranks(heads_params: dict, target: Model, windows, decay: float = 0.8):
+  """Every scored position of `windows`: (the rank of the right token under each head i32[N, K],
+  whether that prediction counts bool[N, K], the running entropy of the target there f32[N])."""
   tokens = np.asarray(getattr(windows, "tokens", windows))
   scored = getattr(windows, "scored", None)
-  run = jax.jit(lambda t, s: MultiToken()._predictions(heads_params, t, target, s))
-  counts = np.zeros((heads_params["w"].shape[0], ranks))
-  total = np.zeros(heads_params["w"].shape[0])
-  for i in range(len(tokens)):
-    s = None if scored is None else jnp.asarray(scored[i: i + 1])
-    logits, labels, valid = run(jnp.asarray(tokens[i: i + 1]), s)
-    rank = np.asarray(jnp.sum(logits > jnp.take_along_axis(logits, labels[..., None], -1), -1))
-    valid = np.asarray(valid)
-    for r in range(ranks):
-      counts[:, r] += np.sum(valid & (rank == r), axis=(0, 1))
-    total += np.sum(valid, axis=(0, 1))
-  return counts / np.maximum(total, 1)[:, None]
+
+  @jax.jit
+  def run(t, s):
+    target_logits, _, _ = forward(target.params, t, positions(*t.shape), config=target.config)
+    logits, labels, valid = MultiToken()._predictions(heads_params, t, target, s)
+    rank = jnp.sum(logits > jnp.take_along_axis(logits, labels[..., None], -1), -1)
+    h = -jnp.sum(jax.nn.softmax(target_logits) * jax.nn.log_softmax(target_logits), -1)[0]
+    step = lambda m, x: (decay * m + (1.0 - decay) * x,) * 2
+    _, running = jax.lax.scan(step, jnp.zeros((), jnp.float32), h)
+    return rank[0], valid[0], running
+
+  out = [run(jnp.asarray(tokens[i: i + 1]), None if scored is None else jnp.asarray(scored[i: i + 1]))
+         for i in range(len(tokens))]
+  rank, valid, entropy = (np.concatenate([np.asarray(o[j]) for o in out]) for j in range(3))
+  return rank, valid, entropy

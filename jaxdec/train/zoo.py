@@ -62,10 +62,11 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   `export_dir` says so). Returns the metadata."""
   if plot:
     plots.require()
-  if not hasattr(cfg.trainable, "to_model"):
-    raise ValueError(f"train_and_export trains and exports whole models; {cfg.name!r} trains a "
-                     f"{type(cfg.trainable).__name__} (use Trainer directly)")
-  if export_dir:
+  whole = hasattr(cfg.trainable, "to_model")
+  if not whole and not hasattr(cfg.trainable, "export"):
+    raise ValueError(f"train_and_export exports whole models and parts with an export method; "
+                     f"{cfg.name!r} trains a {type(cfg.trainable).__name__} (use Trainer directly)")
+  if export_dir and whole:
     try:
       config_to_hf(exportable_config(cfg.model), "float32")
     except ValueError as e:
@@ -85,6 +86,8 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   trainer.run(stream, val_windows, progress=progress)
   wall = time.perf_counter() - t0
   trainer.close()
+  if not whole:
+    return _export_part(cfg, trainer, val_windows, export_dir, wall, start_step, workdir, plot)
   # Evaluate the weights that ship: rounded to the export dtype, computed in fp32.
   model = _rounded(trainer.to_model(), cfg.export_dtype)
 
@@ -96,19 +99,43 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
     # The directory's name, not its path: the metadata ships, the machine it was made on doesn't.
     evals["third_party"] = dict(bits_per_byte(model, tokenizer, texts, seq_len=cfg.seq_len),
                                 directory=os.path.basename(os.path.normpath(third_party_dir)))
+  meta = _metadata(cfg, trainer, model.params, evals, wall, start_step, workdir)
+  meta.update(lineage(cfg.init_from, meta))
+  if export_dir and jax.process_index() == 0:  # Several processes: one writes the export.
+    export_zoo_model(model, tokenizer, export_dir, meta, cfg.export_dtype)
+  _maybe_plot(cfg, workdir, meta, plot)
+  return meta
+
+
+def _metadata(cfg: TrainConfig, trainer: Trainer, params, evals: dict, wall: float,
+              start_step: int, workdir: str) -> dict:
+  """zoo.json's record of a run: the recipe, its cost and the shipped weights' evaluation."""
   steps_log = _read_metrics(workdir)
-  meta = {
+  return {
       "name": cfg.name, "recipe": _recipe(cfg), "seed": cfg.seed, "steps": trainer.step,
       "tokens_seen": trainer.step * cfg.batch_size * cfg.seq_len,
-      "params": sum(x.size for x in jax.tree.leaves(model.params)),
+      "params": sum(x.size for x in jax.tree.leaves(params)),
       "train_seconds": sum(cfg.batch_size * cfg.seq_len / r["tokens_per_s"] for r in steps_log),
       "this_run_wall_seconds": wall, "resumed_from_step": start_step,
       "final_val_loss": next((r["val_loss"] for r in reversed(steps_log) if "val_loss" in r), None),
       "eval": evals, "python": sys.version.split()[0], "jax": jax.__version__,
   }
-  meta.update(lineage(cfg.init_from, meta))
-  if export_dir and jax.process_index() == 0:  # Several processes: one writes the export.
-    export_zoo_model(model, tokenizer, export_dir, meta, cfg.export_dtype)
+
+
+def _export_part(cfg: TrainConfig, trainer: Trainer, val_windows, export_dir: str | None,
+                 wall: float, start_step: int, workdir: str, plot: bool | None) -> dict:
+  """A trained part over a frozen target (drafter heads): the part evaluates the weights that
+  ship (rounded to the export dtype) on the validation windows and writes its own format."""
+  cast = lambda x: x.astype(jnp.dtype(cfg.export_dtype)).astype(jnp.float32)
+  params = jax.tree.map(cast, trainer.module.params())
+  lead = jax.process_index() == 0
+  evals = cfg.trainable.export(params, trainer.target, val_windows,
+                               export_dir if lead else None, dtype=cfg.export_dtype,
+                               extra={"base_model_name_or_path": cfg.target})
+  meta = _metadata(cfg, trainer, params, evals, wall, start_step, workdir)
+  if export_dir and lead:
+    with open(os.path.join(export_dir, METADATA_FILE), "w") as f:
+      json.dump(meta, f, indent=2, default=str)
   _maybe_plot(cfg, workdir, meta, plot)
   return meta
 
@@ -140,7 +167,8 @@ def plot_training(cfg: TrainConfig, workdir: str, meta: dict) -> str:
   evals = meta.get("eval", {})
   val = evals.get(f"{corpus.source_of(cfg.data).name}_validation")
   tokens_per_byte = val["tokens"] / val["bytes"] if val and _loss_is_nll(cfg.objective) else None
-  final = {name.replace("_", " "): e["bits_per_byte"] for name, e in evals.items()}
+  final = {name.replace("_", " "): e["bits_per_byte"] for name, e in evals.items()
+           if isinstance(e, dict) and "bits_per_byte" in e}
   fig = plots.training_curves(
       _read_metrics(workdir), tokens_per_byte=tokens_per_byte, final=final,
       title=f"{cfg.name}: {type(cfg.objective).__name__}, batch {cfg.batch_size} x "

@@ -31,8 +31,9 @@ def rows(target):
   return np.concatenate([prompts, np.asarray(out.tokens)], axis=1).astype(np.int32)
 
 
-def _train(target, rows, workdir, objective=MultiToken(), steps=100, seed=0):
-  cfg = TrainConfig(name="heads", part=MedusaHeads(num_heads=3), objective=objective, steps=steps,
+def _train(target, rows, workdir, objective=MultiToken(), steps=100, seed=0, sequential=False):
+  cfg = TrainConfig(name="heads", part=MedusaHeads(num_heads=3, sequential=sequential),
+                    objective=objective, steps=steps,
                     batch_size=8, seq_len=rows.shape[1], learning_rate=3e-2, warmup_steps=5,
                     eval_every=steps, eval_windows=4, checkpoint_every=steps, seed=seed)
   with jax.numpy_dtype_promotion("standard"):
@@ -45,6 +46,27 @@ def _train(target, rows, workdir, objective=MultiToken(), steps=100, seed=0):
 @pytest.fixture(scope="module")
 def trained(target, rows, tmp_path_factory):
   return _train(target, rows, tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture(scope="module")
+def sequential(target, rows, tmp_path_factory):
+  return _train(target, rows, tmp_path_factory.mktemp("sequential"), sequential=True)
+
+
+def test_sequential_heads_start_as_medusa_heads_and_learn_more(target, trained, sequential):
+  """With the mixing at zero the depth-by-depth drafting equals the parallel heads' ranking; trained,
+  reading the token before the target makes every head right more often."""
+  from jaxdec.spec.heads import draft_tree
+
+  start = MedusaHeads(num_heads=3, sequential=True).init(jax.random.key(0), target)
+  parallel = {k: start[k] for k in ("w", "b", "unembed")}
+  hidden = jax.random.normal(jax.random.key(1), (2, 64))
+  root = jnp.array([5, 9])
+  choices = tuple(sorted(TREE, key=lambda p: (len(p), p)))
+  np.testing.assert_array_equal(draft_tree(start, hidden, root, choices),
+                                draft_tree(parallel, hidden, root, choices))
+  for k in (1, 2, 3):
+    assert sequential[1][-1][f"head{k}_acc"] > trained[1][-1][f"head{k}_acc"]
 
 
 def test_heads_start_as_the_targets_next_token_prediction(target):
@@ -96,9 +118,10 @@ def test_bad_heads_and_trees_raise(trained):
     jaxdec.speculative_generate(other, [[3, 4]], Heads(params), max_new_tokens=4)
 
 
+@pytest.mark.parametrize("kind", ["parallel", "sequential"])
 @pytest.mark.parametrize("choices", [None, TREE])
-def test_greedy_with_heads_equals_greedy_ar(target, rows, trained, choices):
-  params, _ = trained
+def test_greedy_with_heads_equals_greedy_ar(target, rows, trained, sequential, choices, kind):
+  params, _ = trained if kind == "parallel" else sequential
   drafter = Heads(params, choices)
   prompts = [rows[i, : 3 + i].tolist() for i in range(5)]  # Ragged.
   ref = jaxdec.generate(target, prompts, max_new_tokens=30, stop_tokens=())
@@ -127,12 +150,14 @@ def test_head_accuracy_table_builds_a_tree_that_verifies(target, rows, trained):
   np.testing.assert_array_equal(out.tokens, ref.tokens)
 
 
-def test_medusa_layout_round_trips_and_loads_as_a_drafter(trained, tmp_path):
-  params, _ = trained
+@pytest.mark.parametrize("kind", ["parallel", "sequential"])
+def test_medusa_layout_round_trips_and_loads_as_a_drafter(trained, sequential, tmp_path, kind):
+  params, _ = trained if kind == "parallel" else sequential
   write_medusa(params, str(tmp_path), choices=TREE, accuracy=np.full((3, 2), 0.5), dtype="float32")
   read, config = read_medusa(str(tmp_path))
   assert config["medusa_num_heads"] == 3 and config["medusa_num_layers"] == 1
-  for k in ("w", "b", "unembed"):
+  assert set(read) == set(params)
+  for k in params:
     np.testing.assert_array_equal(read[k], np.asarray(params[k]))
   drafter = jaxdec.load_drafter(str(tmp_path))
   assert drafter.choices == tuple(sorted(TREE, key=lambda p: (len(p), p)))
@@ -204,3 +229,63 @@ def test_exact_with_a_heads_tree_matches_ar_sampling_in_distribution():
   joint12, joint23 = _joint_reference(target, prompt, jaxdec.Sampling.create(1.0, 8, 0.95, batch=1))
   assert _pvalue(_pairs(out, 0), joint12) > 1e-3
   assert _pvalue(_pairs(out, 1), joint23) > 1e-3
+
+
+# ---- EntMTP -----------------------------------------------------------------------------------------
+
+def _feedback(entropies, count, vocab=64):
+  """A Feedback whose committed tokens' target distributions are uniform over e^h ids (entropy h)."""
+  from jaxdec.spec.drafter import Feedback
+
+  support = np.round(np.exp(np.asarray(entropies, np.float64))).astype(int)  # [B, D + 1]
+  ids = np.arange(vocab)[None, None, :]
+  logits = jnp.asarray(np.where(ids < support[..., None], 0.0, -1e9), jnp.float32)
+  batch = logits.shape[0]
+  return Feedback(draft=None, verdict=None, count=jnp.asarray(count, jnp.int32),
+                  total=jnp.zeros((batch,), jnp.int32), active=jnp.ones((batch,), bool),
+                  logits=logits)
+
+
+def test_entmtp_switch_follows_the_running_entropy(trained):
+  from jaxdec.spec.entmtp import EntropyTrees
+
+  params, _ = trained
+  drafter = EntropyTrees(params, (((0,), (0, 0), (0, 0, 0)), ((0,), (0, 0), (1,)), ((0,), (1,), (2,))),
+                         thresholds=(0.5, 1.5), decay=0.5)
+  assert [b.tree.max_depth for b in drafter.variants()] == [3, 2, 1]
+  state = drafter.init(jnp.zeros((1, 3), jnp.int32), jnp.array([3]), 16)
+  picks = [int(drafter.pick(state))]
+  # Committed tokens' entropies (log of the support size), a step at a time: calm, then a burst.
+  for entropies, count in [([0.0, 0.0, 0.0], 3), ([np.log(8)] * 3, 1), ([np.log(8)] * 3, 3),
+                           ([np.log(32)] * 3, 2), ([0.0] * 3, 3), ([0.0] * 3, 3)]:
+    state = drafter.update(state, _feedback([entropies], [count]))
+    picks.append(int(drafter.pick(state)))
+  # EMA with decay 0.5: 0 -> 0 -> 1.04 -> 1.82 -> 2.9 -> 0.36 -> 0.05.
+  assert picks == [0, 0, 1, 2, 2, 0, 0]
+  with pytest.raises(ValueError, match="ascending thresholds"):
+    EntropyTrees(params, (((0,),), ((1,),)), thresholds=())
+  with pytest.raises(ValueError, match="only 3 heads"):
+    EntropyTrees(params, (((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)),), thresholds=())
+
+
+def test_greedy_with_entmtp_equals_greedy_ar(target, rows, trained):
+  from jaxdec.spec.entmtp import EntropyTrees
+
+  params, _ = trained
+  # Thresholds at the target's entropy quartiles here (2.5-3.1 nats), so the run switches.
+  drafter = EntropyTrees(params, (((0,), (0, 0), (0, 0, 0)), TREE, ((0,), (1,), (2,), (3,))),
+                         thresholds=(2.6, 2.9), decay=0.5)
+  prompts = [rows[i, : 3 + i].tolist() for i in range(4)]
+  ref = jaxdec.generate(target, prompts, max_new_tokens=30, stop_tokens=())
+  # The running entropy over the first row's committed tokens visits every bucket.
+  logits = jaxdec.forward(target, np.concatenate([prompts[0], ref.tokens[0]])[None])[0, 2:-1]
+  entropy = np.asarray(-jnp.sum(jax.nn.softmax(logits) * jax.nn.log_softmax(logits), -1))
+  running, seen = 0.0, set()
+  for h in entropy:
+    running = 0.5 * running + 0.5 * h
+    seen.add(int(np.searchsorted(drafter.thresholds, running)))
+  assert seen == {0, 1, 2}
+  out = jaxdec.speculative_generate(target, prompts, drafter, max_new_tokens=30, stop_tokens=())
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  alone = jaxdec.speculative_generate(target, prompts[:1], drafter, max_new_tokens=30, stop_tokens=())
+  np.testing.assert_array_equal(alone.tokens[0], ref.tokens[0])

@@ -20,7 +20,7 @@ SAMPLE = 16  # Test problems per check (the note's figures are on 200 per split)
 # Floors for the sample, set below what the shipped weights scored on it (deterministic greedy
 # decoding; the margin covers float differences across platforms). See MEASURED.
 FLOORS = {"gsm-ar": 13 / 16, "gsm-dlm LLaDA + dual": 10 / 16,
-          "gsm-dlm threshold 0.9 + dual": 5 / 16}
+          "gsm-dlm threshold 0.9 + dual": 5 / 16, "gsm-mtp tau": 2.0}
 # The shipped weights on the sample (x86 CPU, JAX 0.10.2).
 MEASURED = {"gsm-ar": 15 / 16, "gsm-dlm LLaDA + dual": 12 / 16,
             "gsm-dlm threshold 0.9 + dual": 7 / 16}
@@ -90,6 +90,27 @@ def test_gsm_draft_speculation_is_lossless_and_accepts_drafts(ar, tokenizer, pro
   np.testing.assert_array_equal(out.lengths, ref.lengths)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   assert float(np.mean(out.stats["acceptance_length"])) > 2.0
+
+
+@needs("gsm-mtp")
+def test_gsm_mtp_heads_predict_and_speculate_losslessly(ar, tokenizer, problems):
+  """The heads' per-rank accuracy recomputed on validation rows (the shipped tree is built from
+  it), and their speculation equal to greedy AR with several tokens per target forward."""
+  from jaxdec.configs.zoo import gsm_ar
+  from jaxdec.train.mtp import head_accuracy
+
+  drafter = jaxdec.load_drafter("zoo:gsm-mtp")
+  accuracy = head_accuracy(drafter.params, ar, gsm_ar.DATA.validation(tokenizer, 2), ranks=4)
+  recorded = np.asarray(zoo.metadata(zoo.resolve("gsm-mtp"))["eval"]["head_accuracy"])[:, :4]
+  np.testing.assert_allclose(accuracy, recorded, atol=0.05)  # 2 of the 16 rows it was measured on.
+  assert np.all(np.diff(accuracy[:, 0]) < 0)  # Farther tokens are harder.
+  prompts = [tokenizer.encode(p.prompt) for p in problems[:4]]
+  ref = jaxdec.generate(ar, prompts, max_new_tokens=GEN)
+  for heads in (drafter, jaxdec.load_drafter("zoo:gsm-mtp", entropy_switching=True)):
+    out = jaxdec.speculative_generate(ar, prompts, heads, max_new_tokens=GEN)
+    np.testing.assert_array_equal(out.lengths, ref.lengths)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    assert float(np.mean(out.stats["acceptance_length"])) > FLOORS["gsm-mtp tau"]
 
 
 def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
