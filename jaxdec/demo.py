@@ -67,7 +67,8 @@ def _show(tok, prompt, completion, method: str, index: int, bold: bool) -> str:
 
 def _gsm_methods() -> dict[str, Callable]:
   """name -> fn(prompts) -> DecodeOutput for the gsm-synth section: greedy AR, and speculative
-  decoding with gsm-draft and parallel diffusion with gsm-dlm where those are installed."""
+  decoding with gsm-draft and with gsm-mtp's heads and parallel diffusion with gsm-dlm where
+  those are installed."""
   from jaxdec import diffusion, spec
   from jaxdec.tasks import gsm_synth
 
@@ -78,6 +79,10 @@ def _gsm_methods() -> dict[str, Callable]:
     drafter = spec.DraftModel(jaxdec.load("zoo:gsm-draft"), 4)
     found["speculative, 4 draft tokens (gsm-draft)"] = lambda p: jaxdec.speculative_generate(
         ar, p, drafter, max_new_tokens=gen)
+  if "gsm-mtp" in installed:
+    heads = jaxdec.load_drafter("zoo:gsm-mtp")
+    found["speculative, Medusa heads (gsm-mtp)"] = lambda p: jaxdec.speculative_generate(
+        ar, p, heads, max_new_tokens=gen)
   if "gsm-dlm" in installed:
     dlm = jaxdec.load("zoo:gsm-dlm")
     found["diffusion threshold 0.9 + dual cache (gsm-dlm)"] = lambda p: jaxdec.diffusion_generate(

@@ -38,6 +38,8 @@ def _jaxdec_methods(draft, num_tokens, heads_path: str | None):
     for size in HEAD_TREE_SIZES:
       methods[f"jaxdec Medusa heads tree ({size} nodes)"] = jaxdec.load_drafter(heads_path,
                                                                               tree_size=size)
+      methods[f"jaxdec EntMTP ({size}-node trees by entropy)"] = jaxdec.load_drafter(
+          heads_path, tree_size=size, entropy_switching=True)
   return methods
 
 
@@ -130,7 +132,7 @@ def _hf_methods(model, draft, prompts, new_tokens, eos, directory: str) -> dict:
 _DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
              "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", gsm_synth.GEN_LENGTH)}
 _HEADS = {"zoo:pycode-ar": "zoo:pycode-mtp", "zoo:gsm-ar": "zoo:gsm-mtp"}  # Shipped heads.
-HEAD_TREE_SIZES = (8, 16, 32)
+HEAD_TREE_SIZES = (8, 16)
 
 
 def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
@@ -222,3 +224,6 @@ DEMO_METHODS = {
     "speculative: prompt lookup (pycode-ar)": _demo(lambda m: spec.PromptLookup(3, 4)),
     "speculative: draft model k=4 (pycode-ar + pycode-draft)": _demo(lambda m: spec.DraftModel(m["draft"], 4)),
 }
+if "pycode-mtp" in zoo.available():
+  DEMO_METHODS["speculative: Medusa heads (pycode-ar + pycode-mtp)"] = _demo(
+      lambda m: jaxdec.load_drafter("zoo:pycode-mtp"))

@@ -10,6 +10,7 @@ weighted decay^(k-1) (Medusa's 0.8^k up to a constant).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,7 @@ from flax import struct
 
 from jaxdec.decoding import positions
 from jaxdec.model import Model, forward
+from jaxdec.convert import export_hf
 from jaxdec.convert.medusa import write_medusa
 from jaxdec.spec.entmtp import bucket_of
 from jaxdec.spec.heads import Heads, chain, expected_accepted, head_logits, sparse_tree
@@ -26,13 +28,17 @@ from jaxdec.spec.heads import Heads, chain, expected_accepted, head_logits, spar
 
 @dataclasses.dataclass(frozen=True)
 class MedusaHeads:
-  """`num_heads` heads of `num_layers` residual blocks over a frozen target. The blocks start
-  at zero (each block the identity) and each head's unembedding at the target's, so training
-  starts from K copies of the target's own next-token prediction."""
+  """`num_heads` heads of `num_layers` residual blocks over a frozen target (Medusa-1). The
+  blocks start at zero (each block the identity) and each head's unembedding at the target's,
+  so training starts from K copies of the target's own next-token prediction. With `joint`
+  the backbone trains too, from the target's weights (Medusa-2 / MTP training: its own
+  next-token loss plus the heads'): params are then {"heads": ..., "backbone": ...}, and the
+  export writes the new backbone beside the heads."""
 
   num_heads: int = 4
   num_layers: int = 1
   sequential: bool = False  # Each head also reads the token before its target (`spec.heads`).
+  joint: bool = False  # The backbone trains with the heads.
   tree_size: int = 16  # Nodes of the candidate tree exported with the heads (`export`).
   ranks: int = 8  # Ranks per head measured for the tree.
   entropy_buckets: int = 3  # EntMTP's profile, exported too: running-entropy buckets, its decay.
@@ -49,11 +55,14 @@ class MedusaHeads:
     if self.sequential:  # The target's input embedding; mixing starts at zero (Medusa's heads).
       params.update(mix=jnp.zeros((k, d, d), jnp.float32),
                     embed=target.params["embed"].astype(jnp.float32))
+    if self.joint:
+      return {"heads": params,
+              "backbone": jax.tree.map(lambda x: x.astype(jnp.float32), target.params)}
     return params
 
   def describe(self) -> dict:
     return {"kind": "MedusaHeads", "num_heads": self.num_heads, "num_layers": self.num_layers,
-            "sequential": self.sequential}
+            "sequential": self.sequential, "joint": self.joint}
 
   def check(self, target: Model | None) -> None:
     for name in ("num_heads", "num_layers"):
@@ -67,19 +76,31 @@ class MedusaHeads:
                        f"{target.config.attention}")
 
   def to_drafter(self, params: dict, choices=None) -> Heads:
-    return Heads(params, None if choices is None else tuple(map(tuple, choices)))
+    heads = params["heads"] if self.joint else params
+    return Heads(heads, None if choices is None else tuple(map(tuple, choices)))
 
   def export(self, params: dict, target: Model, windows, out_dir: str | None, *,
              dtype: str = "float16", extra: dict | None = None) -> dict:
     """Measure the heads' per-rank accuracy on `windows` (a validation split), build the best
     `tree_size`-node tree from it and, with `out_dir`, write the heads there in Medusa's layout
-    with that tree. Returns the evaluation (accuracy table, tree, expected tokens per step)."""
+    with that tree. Returns the evaluation (accuracy table, tree, expected tokens per step).
+    Jointly trained heads are measured on their own backbone, written as an HF model in
+    `out_dir/backbone`, whose next-token loss on `windows` is reported beside the target's."""
+    evals = {}
+    if self.joint:
+      backbone = target.replace(params=params["backbone"])
+      evals = {"target_nll": next_token_nll(target, windows),
+               "backbone_nll": next_token_nll(backbone, windows)}
+      if out_dir:
+        export_hf(backbone.replace(params=jax.tree.map(lambda x: x.astype(dtype), backbone.params)),
+                  None, os.path.join(out_dir, "backbone"))
+      params, target = params["heads"], backbone
     accuracy = head_accuracy(params, target, windows, ranks=self.ranks)
     choices = sparse_tree(accuracy, self.tree_size)
     thresholds, by_bucket = entropy_profile(params, target, windows, self.entropy_buckets,
                                             self.ranks, self.entropy_decay)
     entropy = {"thresholds": thresholds, "accuracy": by_bucket, "decay": self.entropy_decay}
-    evals = {"head_accuracy": accuracy.round(4).tolist(), "choices": [list(p) for p in choices],
+    evals |= {"head_accuracy": accuracy.round(4).tolist(), "choices": [list(p) for p in choices],
              "expected_tau": round(1.0 + expected_accepted(accuracy, choices), 3),
              "expected_tau_chain": round(1.0 + expected_accepted(accuracy, chain(self.num_heads)), 3),
              "entropy_thresholds": thresholds.round(4).tolist(),
@@ -131,10 +152,15 @@ class MultiToken:
 
   decay: float = struct.field(pytree_node=False, default=0.8)
   boundaries: EntropyBoundaries | None = struct.field(pytree_node=False, default=None)
+  ntp_weight: float = struct.field(pytree_node=False, default=1.0)  # Joint: the backbone's own loss.
 
   def loss(self, params, tokens, key, *, part, target=None, scored=None):
-    del key
-    logits, labels, valid = self._predictions(params, tokens, target, scored)
+    del key, part
+    joint = "backbone" in params
+    model = target.replace(params=params["backbone"]) if joint else target
+    heads = params["heads"] if joint else params
+    logits, labels, valid, model_logits = self._predictions(heads, tokens, model, scored,
+                                                            backbone_grad=joint)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [B, L, K]
     count = jnp.maximum(jnp.sum(valid, axis=(0, 1)), 1).astype(jnp.float32)
     per_head = jnp.sum(jnp.where(valid, ce, 0.0), axis=(0, 1)) / count
@@ -143,23 +169,49 @@ class MultiToken:
     metrics = {f"head{k + 1}_nll": per_head[k] for k in range(per_head.shape[0])}
     metrics.update({f"head{k + 1}_acc": right[k] for k in range(per_head.shape[0])})
     metrics["kept_frac"] = jnp.mean(valid.astype(jnp.float32))
-    return jnp.sum(weights * per_head), metrics
+    loss = jnp.sum(weights * per_head)
+    if joint:
+      ntp = _next_token_nll(model_logits, tokens, scored)
+      metrics["backbone_nll"] = ntp
+      loss = loss + self.ntp_weight * ntp
+    return loss, metrics
 
-  def _predictions(self, params, tokens, target: Model, scored):
-    """(heads' logits f32[B, L, K, V], labels i32[B, L, K], valid bool[B, L, K])."""
+  def _predictions(self, params, tokens, target: Model, scored, backbone_grad: bool = False):
+    """(heads' logits f32[B, L, K, V], labels i32[B, L, K], valid bool[B, L, K], the backbone's
+    logits f32[B, L, V]). The heads' gradient reaches the backbone only with `backbone_grad`."""
     config = target.config
     logits, hidden, _ = forward(target.params, tokens, positions(*tokens.shape), config=config,
                                 hidden_layers=(config.num_layers,))
     num_heads = params["w"].shape[0]
     shift = lambda x, n, fill: jnp.pad(x[:, n:], ((0, 0), (0, n)), constant_values=fill)
     previous = jnp.stack([shift(tokens, k + 1, 0) for k in range(num_heads)], axis=-1)
-    heads = head_logits(params, jax.lax.stop_gradient(hidden[0]), previous)
+    hidden = hidden[0] if backbone_grad else jax.lax.stop_gradient(hidden[0])
+    heads = head_logits(params, hidden, previous)
     scored = jnp.ones(tokens.shape, bool) if scored is None else scored
     labels = jnp.stack([shift(tokens, k + 2, 0) for k in range(num_heads)], axis=-1)
     valid = jnp.stack([shift(scored, k + 2, False) for k in range(num_heads)], axis=-1)
     if self.boundaries is not None:
       valid &= self.boundaries.within(jax.lax.stop_gradient(logits), num_heads)
-    return heads, labels, valid
+    return heads, labels, valid, logits
+
+
+def _next_token_nll(logits: jax.Array, tokens: jax.Array, scored) -> jax.Array:
+  """Mean next-token cross-entropy over the scored targets (all when `scored` is None)."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:])
+  keep = jnp.ones(ce.shape, bool) if scored is None else scored[:, 1:]
+  return jnp.sum(jnp.where(keep, ce, 0.0)) / jnp.maximum(jnp.sum(keep), 1).astype(jnp.float32)
+
+
+def next_token_nll(model: Model, windows) -> float:
+  """A model's mean next-token loss (nats) over the scored tokens of `windows`."""
+  tokens = np.asarray(getattr(windows, "tokens", windows))
+  scored = getattr(windows, "scored", None)
+  run = jax.jit(lambda t, s: _next_token_nll(forward(model.params, t, positions(*t.shape),
+                                                     config=model.config)[0], t, s))
+  losses = [float(run(jnp.asarray(tokens[i: i + 1]),
+                      None if scored is None else jnp.asarray(scored[i: i + 1])))
+            for i in range(len(tokens))]
+  return float(np.mean(losses))
 
 
 def head_accuracy(heads_params: dict, target: Model, windows, ranks: int = 8) -> np.ndarray:
@@ -199,7 +251,7 @@ def _head_ranks(heads_params: dict, target: Model, windows, decay: float = 0.8):
   @jax.jit
   def run(t, s):
     target_logits, _, _ = forward(target.params, t, positions(*t.shape), config=target.config)
-    logits, labels, valid = MultiToken()._predictions(heads_params, t, target, s)
+    logits, labels, valid, _ = MultiToken()._predictions(heads_params, t, target, s)
     rank = jnp.sum(logits > jnp.take_along_axis(logits, labels[..., None], -1), -1)
     h = -jnp.sum(jax.nn.softmax(target_logits) * jax.nn.log_softmax(target_logits), -1)[0]
     step = lambda m, x: (decay * m + (1.0 - decay) * x,) * 2

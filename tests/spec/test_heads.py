@@ -289,3 +289,51 @@ def test_greedy_with_entmtp_equals_greedy_ar(target, rows, trained):
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   alone = jaxdec.speculative_generate(target, prompts[:1], drafter, max_new_tokens=30, stop_tokens=())
   np.testing.assert_array_equal(alone.tokens[0], ref.tokens[0])
+
+
+def test_joint_training_moves_the_backbone_and_exports_it_beside_the_heads(target, rows, tmp_path):
+  """MTP training (the backbone trains too): the export holds the new backbone as an HF model,
+  its heads are measured on it, and speculation with both equals the new backbone's greedy AR."""
+  from jaxdec.train.zoo import _export_part
+
+  cfg = TrainConfig(name="joint", part=MedusaHeads(num_heads=2, joint=True), objective=MultiToken(),
+                    steps=20, batch_size=8, seq_len=rows.shape[1], learning_rate=3e-3,
+                    warmup_steps=2, eval_every=20, eval_windows=4, checkpoint_every=20)
+  with jax.numpy_dtype_promotion("standard"):
+    trainer = Trainer(cfg, str(tmp_path / "run"), target=target)
+    records = trainer.run(rows, rows[:4], progress=False)
+    trainer.close()
+    meta = _export_part(cfg, trainer, rows[:4], str(tmp_path / "out"), 1.0, 0, str(tmp_path / "run"),
+                        plot=False)
+  assert "backbone_nll" in records[-1] and records[-1]["head1_nll"] < records[0]["head1_nll"]
+  assert meta["eval"]["backbone_nll"] != meta["eval"]["target_nll"]
+  backbone = jaxdec.load(str(tmp_path / "out" / "backbone"), dtype=jnp.float32)
+  assert not np.allclose(backbone.params["embed"], target.params["embed"], atol=1e-3)
+  heads = jaxdec.load_drafter(str(tmp_path / "out"))
+  prompts = [rows[i, :4].tolist() for i in range(3)]
+  ref = jaxdec.generate(backbone, prompts, max_new_tokens=20, stop_tokens=())
+  out = jaxdec.speculative_generate(backbone, prompts, heads, max_new_tokens=20, stop_tokens=())
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+
+
+def test_heads_training_resumes_exactly(target, rows, tmp_path):
+  """Stopped after 4 steps and resumed from its checkpoint, a run ends with the params of one
+  that never stopped."""
+  def config(steps):
+    return TrainConfig(name="heads", part=MedusaHeads(num_heads=2, sequential=True),
+                       objective=MultiToken(), steps=8, batch_size=4, seq_len=rows.shape[1],
+                       learning_rate=3e-2, warmup_steps=1, eval_every=8, eval_windows=2,
+                       checkpoint_every=steps)
+
+  with jax.numpy_dtype_promotion("standard"):
+    whole = Trainer(config(8), str(tmp_path / "whole"), target=target)
+    whole.run(rows, progress=False)
+    whole.close()
+    first = Trainer(config(4), str(tmp_path / "split"), target=target)
+    first.run(rows, stop_at=4, progress=False)
+    first.close()
+    second = Trainer(config(4), str(tmp_path / "split"), target=target)
+    assert second.step == 4
+    second.run(rows, progress=False)
+    second.close()
+  jax.tree.map(np.testing.assert_array_equal, second.module.params(), whole.module.params())

@@ -141,6 +141,27 @@ def test_greedy_speculative_equals_greedy_ar_on_the_zoo(target, draft, prompts, 
     assert float(np.mean(out.stats["acceptance_length"])) > 1.5
 
 
+@pytest.mark.skipif("pycode-mtp" not in zoo.available(), reason="zoo:pycode-mtp not installed")
+def test_pycode_mtp_heads_predict_and_speculate_losslessly(target, prompts):
+  """The heads' per-rank accuracy recomputed on validation windows (close to what zoo.json
+  records on more of them), and lossless speculation that accepts drafts."""
+  from jaxdec.train.mtp import head_accuracy
+
+  drafter = jaxdec.load_drafter("zoo:pycode-mtp")
+  tokenizer = jaxdec.load_tokenizer("zoo:pycode-ar")
+  windows = corpus.fixed_windows(corpus.token_stream("validation", tokenizer), 4, 256)
+  accuracy = head_accuracy(drafter.params, target, windows, ranks=4)
+  recorded = np.asarray(zoo.metadata(zoo.resolve("pycode-mtp"))["eval"]["head_accuracy"])[:, :4]
+  np.testing.assert_allclose(accuracy, recorded, atol=0.06)  # 4 of the 16 windows it was measured on.
+  assert np.all(np.diff(accuracy[:, 0]) < 0)
+  for batch in (prompts[:1], prompts):
+    ref = jaxdec.generate(target, batch, max_new_tokens=48)
+    out = jaxdec.speculative_generate(target, batch, drafter, max_new_tokens=48)
+    np.testing.assert_array_equal(out.lengths, ref.lengths)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert float(np.mean(out.stats["acceptance_length"])) > 1.5
+
+
 def test_demo_runs(capsys):
   from jaxdec import demo
 

@@ -16,7 +16,8 @@ from jaxdec.train.trainer import TrainConfig
 
 
 def get_config() -> TrainConfig:
-  return TrainConfig(name="gsm-mtp", part=MedusaHeads(num_heads=4, num_layers=1, tree_size=16),
+  heads = MedusaHeads(num_heads=4, num_layers=1, sequential=True, tree_size=16)
+  return TrainConfig(name="gsm-mtp", part=heads,
                      target="zoo:gsm-ar", objective=MultiToken(decay=0.8), data=gsm_ar.DATA,
                      steps=600, batch_size=8, seq_len=gsm_ar.SEQ_LEN, learning_rate=2e-3,
                      warmup_steps=30, seed=0, eval_every=200, eval_windows=16,

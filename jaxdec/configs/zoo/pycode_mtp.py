@@ -13,7 +13,8 @@ from jaxdec.train.trainer import TrainConfig
 
 
 def get_config() -> TrainConfig:
-  return TrainConfig(name="pycode-mtp", part=MedusaHeads(num_heads=3, num_layers=1, tree_size=16),
+  heads = MedusaHeads(num_heads=3, num_layers=1, sequential=True, tree_size=16)
+  return TrainConfig(name="pycode-mtp", part=heads,
                      target="zoo:pycode-ar", objective=MultiToken(decay=0.8), steps=600,
                      batch_size=16, seq_len=256, learning_rate=2e-3, warmup_steps=30, seed=0,
                      eval_every=200, eval_windows=16, checkpoint_every=100)
