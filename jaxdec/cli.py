@@ -225,8 +225,9 @@ def _drafter(args):
     return spec.AdaPLD(**given)
   path = name[len(kind) + 1:]
   if not path:
-    raise ValueError(f"--drafter {kind}:PATH needs a path, e.g. {kind}:zoo:pycode-"
-                     f"{'draft' if kind == 'draft' else 'mtp'}")
+    raise ValueError("--drafter draft:MODEL needs the draft model, e.g. draft:zoo:pycode-draft"
+                     if kind == "draft" else
+                     "--drafter heads:DRAFTER needs the heads' directory, e.g. heads:zoo:pycode-mtp")
   if kind == "heads":
     return jaxdec.load_drafter(path)
   num_tokens = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}

@@ -403,11 +403,17 @@ def test_method_sample_defaults_to_temperature_one(model, tmp_path, capsys):
     pytest.param(["--drafter", "adapld", "--branches", "2", "--num-tokens", "3", "--verifier",
                   "greedy"], marks=pytest.mark.slow),
     ["--drafter", "draft:DRAFT", "--num-tokens", "3"],
+    ["--drafter", "heads:HEADS"],
 ])
 def test_speculative_equals_greedy(model, tmp_path, capsys, flags):
+  from jaxdec.convert.medusa import write_medusa
+  from jaxdec.train.mtp import MedusaHeads
+
   path = jaxdec.save(model, str(tmp_path / "m"))
   draft = jaxdec.save(tiny_model(seed=1, std=0.2), str(tmp_path / "draft"))
-  flags = [f.replace("DRAFT", draft) for f in flags]
+  heads = write_medusa(MedusaHeads(num_heads=2).init(jax.random.key(0), model),
+                       str(tmp_path / "heads"), choices=((0,), (1,), (0, 0)))
+  flags = [f.replace("DRAFT", draft).replace("HEADS", heads) for f in flags]
   prompt = [5, 6, 7, 5, 6, 7, 5, 6]  # Repeats, so that lookup drafts something.
   assert cli.main(["generate", "--model", path, "--prompt-ids", " ".join(map(str, prompt)),
                    "--max-new-tokens", "12", "--stats", *flags]) == 0
@@ -539,7 +545,10 @@ def test_a_bad_jsonl_file_is_named_with_its_line(model, tmp_path, capsys, lines,
     (["--scheduler", "fixed"], "--scheduler needs a masked-diffusion model"),
     (["--method", "diffusion"], "--method diffusion needs a masked-diffusion model"),
     (["--drafter", "draft:"], "--drafter draft:MODEL needs the draft model"),
-    (["--drafter", "medusa"], "--drafter must be lookup, adapld or draft:MODEL"),
+    (["--drafter", "medusa"], "--drafter must be lookup, adapld, draft:MODEL"),
+    (["--drafter", "heads:"], "--drafter heads:DRAFTER needs the heads' directory"),
+    (["--drafter", "heads:zoo:gsm-mtp", "--num-tokens", "3"],
+     "--num-tokens does not act on --drafter heads:zoo:gsm-mtp"),
     (["--drafter", "lookup", "--branches", "2"], "--branches does not act on --drafter lookup"),
 ])
 def test_contradictory_flags_exit_2_naming_the_flag(model, tmp_path, capsys, flags, message):

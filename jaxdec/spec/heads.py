@@ -48,7 +48,7 @@ def _one_head(params: dict, k: int, x: jax.Array, previous: jax.Array) -> jax.Ar
   2-D products (XLA:CPU runs head_logits' batched einsum on a single head ~7x slower)."""
   x = x.astype(params["w"].dtype) + params["embed"][previous] @ params["mix"][k]
   for r in range(params["w"].shape[1]):
-    x = x + jax.nn.silu(x @ params["w"][k, r] + params["b"][k, r])
+    x = x + jax.nn.silu(x @ params["w"][k, r] + params["b"][k, r][None, :])
   return (x @ params["unembed"][k]).astype(jnp.float32)
 
 

@@ -96,14 +96,16 @@ def test_gsm_draft_speculation_is_lossless_and_accepts_drafts(ar, tokenizer, pro
 def test_gsm_mtp_heads_predict_and_speculate_losslessly(ar, tokenizer, problems):
   """The heads' per-rank accuracy recomputed on validation rows (the shipped tree is built from
   it), and their speculation equal to greedy AR with several tokens per target forward."""
+  from jaxdec.configs import load_config
   from jaxdec.configs.zoo import gsm_ar
   from jaxdec.train.mtp import head_accuracy
 
   drafter = jaxdec.load_drafter("zoo:gsm-mtp")
-  accuracy = head_accuracy(drafter.params, ar, gsm_ar.DATA.validation(tokenizer, 2), ranks=4)
+  rows = gsm_ar.DATA.validation(tokenizer, load_config("zoo:gsm-mtp").eval_windows)
+  accuracy = head_accuracy(drafter.params, ar, rows, ranks=4)  # The rows the export measured on.
   recorded = np.asarray(zoo.metadata(zoo.resolve("gsm-mtp"))["eval"]["head_accuracy"])[:, :4]
-  np.testing.assert_allclose(accuracy, recorded, atol=0.05)  # 2 of the 16 rows it was measured on.
-  assert np.all(np.diff(accuracy[:, 0]) < 0)  # Farther tokens are harder.
+  np.testing.assert_allclose(accuracy, recorded, atol=2e-3)
+  assert np.all(accuracy[:, 0] > 0.5)
   prompts = [tokenizer.encode(p.prompt) for p in problems[:4]]
   ref = jaxdec.generate(ar, prompts, max_new_tokens=GEN)
   for heads in (drafter, jaxdec.load_drafter("zoo:gsm-mtp", entropy_switching=True)):

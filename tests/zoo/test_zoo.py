@@ -145,15 +145,18 @@ def test_greedy_speculative_equals_greedy_ar_on_the_zoo(target, draft, prompts, 
 def test_pycode_mtp_heads_predict_and_speculate_losslessly(target, prompts):
   """The heads' per-rank accuracy recomputed on validation windows (close to what zoo.json
   records on more of them), and lossless speculation that accepts drafts."""
+  from jaxdec.configs import load_config
   from jaxdec.train.mtp import head_accuracy
 
   drafter = jaxdec.load_drafter("zoo:pycode-mtp")
   tokenizer = jaxdec.load_tokenizer("zoo:pycode-ar")
-  windows = corpus.fixed_windows(corpus.token_stream("validation", tokenizer), 4, 256)
+  cfg = load_config("zoo:pycode-mtp")  # The windows the export measured on.
+  windows = corpus.fixed_windows(corpus.token_stream("validation", tokenizer), cfg.eval_windows,
+                                 cfg.seq_len)
   accuracy = head_accuracy(drafter.params, target, windows, ranks=4)
   recorded = np.asarray(zoo.metadata(zoo.resolve("pycode-mtp"))["eval"]["head_accuracy"])[:, :4]
-  np.testing.assert_allclose(accuracy, recorded, atol=0.06)  # 4 of the 16 windows it was measured on.
-  assert np.all(np.diff(accuracy[:, 0]) < 0)
+  np.testing.assert_allclose(accuracy, recorded, atol=2e-3)
+  assert np.all(accuracy[:, 0] > 0.25)
   for batch in (prompts[:1], prompts):
     ref = jaxdec.generate(target, batch, max_new_tokens=48)
     out = jaxdec.speculative_generate(target, batch, drafter, max_new_tokens=48)
