@@ -214,23 +214,6 @@ def test_boundaries_drop_crossing_predictions_from_the_loss(target, rows):
   assert ada["kept_frac"] < plain["kept_frac"]
 
 
-def test_exact_with_a_heads_tree_matches_ar_sampling_in_distribution():
-  from test_spec import N_SAMPLES, VOCAB, _joint_reference, _pairs, _pvalue
-
-  target = tiny_model(seed=3, vocab_size=VOCAB, std=0.1, eos_token_ids=(), pad_token_id=None)
-  params = MedusaHeads(num_heads=2).init(jax.random.key(0), target)  # Copies of the target's head.
-  drafter = Heads(params, ((0,), (1,), (0, 0), (1, 0)))
-  sampling = jaxdec.Sampling.create(temperature=1.0, top_k=8, top_p=0.95)
-  prompt = [3, 5, 7]
-  out = jaxdec.speculative_generate(target, [prompt] * N_SAMPLES, drafter, spec.Exact(),
-                                    max_new_tokens=3, sampling=sampling, key=jax.random.key(0))
-  accepted = np.asarray(out.stats["accepted"][:, 0])
-  assert (accepted > 0).mean() > 0.05 and (accepted == 0).mean() > 0.05  # Both paths exercised.
-  joint12, joint23 = _joint_reference(target, prompt, jaxdec.Sampling.create(1.0, 8, 0.95, batch=1))
-  assert _pvalue(_pairs(out, 0), joint12) > 1e-3
-  assert _pvalue(_pairs(out, 1), joint23) > 1e-3
-
-
 # ---- EntMTP -----------------------------------------------------------------------------------------
 
 def _feedback(entropies, count, vocab=64):

@@ -175,12 +175,22 @@ class _WrongResidual(spec.Exact):
     return verdict.replace(next_token=_categorical(key, rows, base + verdict.num_accepted + 1, p_at))
 
 
-@pytest.mark.parametrize("which", ["draft_model", "prompt_lookup", "adapld"])
+def _heads(target):
+  """Medusa heads that start as copies of the target's own head, drafting a small tree."""
+  from jaxdec.train.mtp import MedusaHeads
+
+  return spec.Heads(MedusaHeads(num_heads=2).init(jax.random.key(0), target),
+                    ((0,), (1,), (0, 0), (1, 0)))
+
+
+@pytest.mark.parametrize("which", ["draft_model", "prompt_lookup", "adapld", "heads"])
 def test_exact_matches_ar_sampling_in_distribution(small, which):
   target, other, prompt = small
   sampling = jaxdec.Sampling.create(temperature=1.0, top_k=8, top_p=0.95)
-  drafter = {"draft_model": spec.DraftModel(other, 3), "prompt_lookup": spec.PromptLookup(3, 3),
-             "adapld": spec.AdaPLD(max_ngram=3, min_ngram=1, depth=2, branches=3)}[which]
+  drafter = {"draft_model": lambda: spec.DraftModel(other, 3),
+             "prompt_lookup": lambda: spec.PromptLookup(3, 3),
+             "adapld": lambda: spec.AdaPLD(max_ngram=3, min_ngram=1, depth=2, branches=3),
+             "heads": lambda: _heads(target)}[which]()
   out = jaxdec.speculative_generate(target, [prompt] * N_SAMPLES, drafter, spec.Exact(),
                                     max_new_tokens=3, sampling=sampling, key=jax.random.key(0))
   accepted = np.asarray(out.stats["accepted"][:, 0])
