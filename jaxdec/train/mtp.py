@@ -250,8 +250,7 @@ def _head_ranks(heads_params: dict, target: Model, windows, decay: float = 0.8):
 
   @jax.jit
   def run(t, s):
-    target_logits, _, _ = forward(target.params, t, positions(*t.shape), config=target.config)
-    logits, labels, valid, _ = MultiToken()._predictions(heads_params, t, target, s)
+    logits, labels, valid, target_logits = MultiToken()._predictions(heads_params, t, target, s)
     rank = jnp.sum(logits > jnp.take_along_axis(logits, labels[..., None], -1), -1)
     h = -jnp.sum(jax.nn.softmax(target_logits) * jax.nn.log_softmax(target_logits), -1)[0]
     step = lambda m, x: (decay * m + (1.0 - decay) * x,) * 2
