@@ -20,6 +20,7 @@ from jaxdec.controls import Controls, LogitsRules, StopStrings
 from jaxdec.decoding import DecodeOutput
 from jaxdec.model import Model
 from jaxdec.model import forward as _forward
+from jaxdec.spec import kforcing
 from jaxdec.sampling import Sampling
 
 
@@ -223,6 +224,44 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   return _run_ar_style(model, _speculative_jit,
                        (prompt, prompt_lengths, budget, sampling, key, stops), controls, stream,
                        drafter, verifier, parts=part_types(drafter, verifier))
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len",))
+def _push_forward_jit(student, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, *,
+                      buffer_len):
+  return kforcing.push_forward_generate(student, prompt, prompt_lengths, max_new_tokens, key,
+                                        stop_tokens, buffer_len=buffer_len,
+                                        pad_id=decoding.pad_id(student.model.config))
+
+
+def push_forward_generate(student, prompts, max_new_tokens: int = 64, key: jax.Array | None = None,
+                          *, lengths=None, stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+  """K-Forcing's standalone decoding: a `spec.kforcing.PushForward` student (from
+  `jaxdec.load_push_forward`) emits its k tokens per forward with no verification. Lossy: the
+  output follows the student's joint law, not the teacher's. Greedy (every noise u = 0, each
+  token its slot's argmax) without `key`; with `key`, samples at the temperature the student was
+  distilled at. Other arguments as `generate`.
+
+  Returns:
+    DecodeOutput; `stats`: `nfe` (student forwards per row, prefill not counted), `steps`,
+    `tokens_per_forward`.
+  """
+  if not isinstance(student, kforcing.PushForward):
+    raise TypeError(f"student must be a jaxdec.spec.kforcing.PushForward (jaxdec.load_push_forward"
+                    f"(path)), got {type(student).__name__}")
+  model = student.model
+  decoding.check_model(model, causal=True)
+  prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, model.config.vocab_size)
+  budget = decoding.check_budget("max_new_tokens", max_new_tokens, prompt_lengths,
+                                 model.config.max_position_embeddings)
+  key = decoding.check_key(key, needed=False, what="sampling")
+  stops = decoding.stop_tokens(model.config, stop_tokens)
+  rows = prompt.shape[0]
+  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
+  out = _push_forward_jit(student, prompt, prompt_lengths, np.int32(budget), key, stops,
+                          buffer_len=decoding.bucket(budget))
+  out = _gather(model, jax.block_until_ready(out), rows)
+  return out.replace(tokens=out.tokens[:, :budget])
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "stop_early",

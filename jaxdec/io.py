@@ -6,6 +6,7 @@ importing the jitted API.
 
 from __future__ import annotations
 
+import json
 import os
 
 import jax
@@ -71,13 +72,19 @@ def load_drafter(path: str, choices=None, tree_size: int | None = None,
   from jaxdec.convert.medusa import is_medusa_dir, read_medusa
   from jaxdec.spec.entmtp import EntropyTrees
   from jaxdec.spec.heads import Heads, sparse_tree
+  from jaxdec.spec.kforcing import CONFIG_FILE, KForcing
 
   directory = resolve(path)
   if not os.path.isdir(directory):
     raise FileNotFoundError(f"drafter directory not found: {directory}")
+  if os.path.exists(os.path.join(directory, CONFIG_FILE)):
+    if choices is not None or tree_size is not None or entropy_switching:
+      raise ValueError(f"{directory} holds a K-Forcing student, which drafts a chain: choices, "
+                       f"tree_size and entropy_switching are for Medusa heads")
+    return KForcing(load_push_forward(directory))
   if not is_medusa_dir(directory):
     raise ValueError(f"{directory} is not a drafter directory jaxdec reads (config.json with "
-                     f"medusa_num_heads)")
+                     f"medusa_num_heads, or {CONFIG_FILE})")
   params, config = read_medusa(directory)
   heads = Heads(jax.tree.map(jnp.asarray, params))
   saved = (config.get("jaxdec") or {}).get("choices")
@@ -101,6 +108,23 @@ def load_drafter(path: str, choices=None, tree_size: int | None = None,
   if choices is None and saved is not None:
     choices = tuple(tuple(p) for p in saved)
   return heads if choices is None else heads.with_choices(choices)
+
+
+def load_push_forward(path: str):
+  """A K-Forcing student (`spec.kforcing.PushForward`) from 'zoo:NAME' or a directory
+  `train.kforcing.PushForwardStudent.export` wrote: an HF model plus its noise embedding."""
+  from safetensors.numpy import load_file
+
+  from jaxdec.spec.kforcing import CONFIG_FILE, NOISE_FILE, PushForward
+
+  directory = resolve(path)
+  if not os.path.exists(os.path.join(directory, CONFIG_FILE)):
+    raise FileNotFoundError(f"{directory} holds no K-Forcing student ({CONFIG_FILE} is missing)")
+  with open(os.path.join(directory, CONFIG_FILE)) as f:
+    config = json.load(f)
+  noise = {k: jnp.asarray(v) for k, v in load_file(os.path.join(directory, NOISE_FILE)).items()}
+  return PushForward(load(directory, dtype=jnp.float32), noise, num_tokens=config["num_tokens"],
+                     temperature=config["temperature"])
 
 
 def load_tokenizer(path: str) -> Tokenizer:

@@ -7,6 +7,7 @@ Drafters implement `Drafter` (one file each), verifiers implement `Verifier` (ve
 from jaxdec.spec.adapld import AdaPLD
 from jaxdec.spec.draft_model import DraftModel
 from jaxdec.spec.heads import Heads
+from jaxdec.spec.kforcing import KForcing, PushForward
 from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.lookup import PromptLookup
 from jaxdec.spec.loop import speculative_generate
@@ -15,5 +16,5 @@ from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation,
                                 Verifier)
 
 __all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
-           "PromptLookup", "AdaPLD", "Heads", "Tree", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
+           "PromptLookup", "AdaPLD", "Heads", "KForcing", "PushForward", "Tree", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
            "Truncation", "Collaborative"]

@@ -154,7 +154,7 @@ class MultiToken:
   boundaries: EntropyBoundaries | None = struct.field(pytree_node=False, default=None)
   ntp_weight: float = struct.field(pytree_node=False, default=1.0)  # Joint: the backbone's own loss.
 
-  def loss(self, params, tokens, key, *, part, target=None, scored=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del key, part
     joint = "backbone" in params
     model = target.replace(params=params["backbone"]) if joint else target

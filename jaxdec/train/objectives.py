@@ -1,11 +1,12 @@
 """Training objectives: pluggable pytree dataclasses with one `loss` signature.
 
-`loss(params, tokens, key, *, part, target, scored) -> (scalar loss, metrics)`: `params` are the
+`loss(params, tokens, key, *, part, target, scored, step) -> (scalar loss, metrics)`: `params` are the
 trainable part's (the only thing differentiated), tokens is i32[B, L], `key` drives any
 corruption (a pure function of the step, so resumed runs are exact), `part` is the static
 `Trainable` (see `jaxdec.train.trainable`), `target` the frozen target Model or None, and
 `scored` bool[B, L] or None (all): the tokens the loss is about (`jaxdec.corpus.Packed` leaves
-prompts and padding out). Settings
+prompts and padding out), and `step` i32[] the optimizer step (traced; None outside the
+Trainer) for objectives with a curriculum (K-Forcing's growing window). Settings
 are static fields, so an objective is a jit argument. The objectives here train a whole decoder
 (`FullModel`): they read `part.config`.
 """
@@ -37,7 +38,7 @@ def _mean(values: jax.Array, scored: jax.Array | None) -> jax.Array:
 class NextToken:
   """Autoregressive cross-entropy: position i predicts token i + 1 (mean nats per token)."""
 
-  def loss(self, params, tokens, key, *, part, target=None, scored=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del key, target
     config = part.config
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -140,7 +141,7 @@ class MaskedDiffusion:
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll, 0.0), axis=1) / p_mask, masked, logits
 
-  def loss(self, params, tokens, key, *, part, target=None, scored=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del target
     per_seq, masked, logits = self.weighted_nll(params, tokens, key, part.config, scored=scored)
     loss = jnp.sum(per_seq) / (tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1))
@@ -274,7 +275,7 @@ class BlockDiffusion:
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1), masked, logits, ar_nll
 
-  def loss(self, params, tokens, key, *, part, target=None, scored=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del target
     per_seq, masked, _, ar_nll = self._run(params, tokens, key, part.config, scored=scored)
     count = tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1)
@@ -313,7 +314,7 @@ class Distill:
 
   temperature: float = struct.field(pytree_node=False, default=1.0)
 
-  def loss(self, params, tokens, key, *, part, target=None, scored=None):
+  def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del key
     config = part.config
     if target is None:

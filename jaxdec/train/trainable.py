@@ -31,8 +31,9 @@ class Trainable(Protocol):
       fit the part (a head needs a target with its hidden size, say). Called before training.
 
   The forward pass is the objective's business: an objective's
-  `loss(params, tokens, key, *, part, target) -> (scalar, metrics)` gets the part (static), its
-  params (differentiated) and the target (a Model under stop_gradient, or None).
+  `loss(params, tokens, key, *, part, target, scored, step) -> (scalar, metrics)` gets the part
+  (static), its params (differentiated), the target (a Model under stop_gradient, or None), the
+  scored-token mask and the step (`jaxdec.train.objectives`).
   """
 
   def init(self, key: jax.Array, target: Model | None) -> Any:

@@ -142,9 +142,9 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
                   mask=lambda params: jax.tree_util.tree_map_with_path(_decays, params)))
 
 
-def _loss_fn(module: TrainedParams, tokens, scored, key, objective, target):
+def _loss_fn(module: TrainedParams, tokens, scored, key, objective, target, step=None):
   return objective.loss(module.params(), tokens, key, part=module.part, target=target,
-                        scored=scored)
+                        scored=scored, step=step)
 
 
 def _frozen(target: Model | None) -> Model | None:
@@ -154,9 +154,9 @@ def _frozen(target: Model | None) -> Model | None:
 
 @nnx.jit
 def train_step(module: TrainedParams, optimizer: nnx.Optimizer, tokens, scored, key, objective,
-               target):
+               target, step=None):
   (loss, metrics), grads = nnx.value_and_grad(_loss_fn, has_aux=True)(
-      module, tokens, scored, key, objective, _frozen(target))
+      module, tokens, scored, key, objective, _frozen(target), step)
   optimizer.update(module, grads)
   return loss, metrics
 
@@ -443,7 +443,8 @@ class Trainer:
     tokens, scored = sample_batch(stream, cfg.batch_size, cfg.seq_len, cfg.seed, self.step)
     loss, metrics = train_step(self.module, self.optimizer, self._batch(tokens),
                          None if scored is None else self._batch(scored),
-                         step_key(cfg.seed, self.step), self.objective, self.target)
+                         step_key(cfg.seed, self.step), self.objective, self.target,
+                         jnp.asarray(self.step, jnp.int32))
     loss = float(loss)
     if not math.isfinite(loss):
       raise FloatingPointError(f"loss became {loss} at step {self.step}")

@@ -183,14 +183,22 @@ def _heads(target):
                     ((0,), (1,), (0, 0), (1, 0)))
 
 
-@pytest.mark.parametrize("which", ["draft_model", "prompt_lookup", "adapld", "heads"])
+def _kforcing(student):
+  """A push-forward student (an untrained noise embedding) drafting chains of 3."""
+  d = student.config.hidden_size
+  noise = {"w": 0.5 * jax.random.normal(jax.random.key(1), (8, d)), "base": jnp.zeros((d,))}
+  return spec.KForcing(spec.PushForward(student, noise, num_tokens=3))
+
+
+@pytest.mark.parametrize("which", ["draft_model", "prompt_lookup", "adapld", "heads", "kforcing"])
 def test_exact_matches_ar_sampling_in_distribution(small, which):
   target, other, prompt = small
   sampling = jaxdec.Sampling.create(temperature=1.0, top_k=8, top_p=0.95)
   drafter = {"draft_model": lambda: spec.DraftModel(other, 3),
              "prompt_lookup": lambda: spec.PromptLookup(3, 3),
              "adapld": lambda: spec.AdaPLD(max_ngram=3, min_ngram=1, depth=2, branches=3),
-             "heads": lambda: _heads(target)}[which]()
+             "heads": lambda: _heads(target),
+             "kforcing": lambda: _kforcing(other)}[which]()
   out = jaxdec.speculative_generate(target, [prompt] * N_SAMPLES, drafter, spec.Exact(),
                                     max_new_tokens=3, sampling=sampling, key=jax.random.key(0))
   accepted = np.asarray(out.stats["accepted"][:, 0])

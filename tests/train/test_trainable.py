@@ -41,7 +41,7 @@ class SkipHead:
 class SkipLoss:
   """Cross-entropy of the head's prediction of token t + 2."""
 
-  def loss(self, params, tokens, key, *, part, target, scored=None):
+  def loss(self, params, tokens, key, *, part, target, scored=None, step=None):
     del key, part, scored
     config = target.config
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)

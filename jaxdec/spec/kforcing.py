@@ -1,0 +1,209 @@
+"""K-Forcing: a push-forward student that samples the next k tokens jointly in one forward.
+
+The student is the AR target's own decoder (trained further, `jaxdec.train.kforcing`) plus a
+noise embedding. Our reading of "the prefix and k independent uniform noises map to a joint
+sample of the next k tokens": token i is drawn from the student's distribution q_i by inverse
+CDF, x_i = F^-1(q_i, u_i), over the vocabulary sorted by q_i (u = 0 picks the argmax), and the
+unknown token x_i is fed at its own position as `noise_embed(u_i)`. Since x_i is a function of
+the prefix and u_1..u_i, slot i + 1 can compute q_{i+1} = p(x_{i+1} | prefix, x_1..x_i) without
+seeing x_i: one forward over [last real tokens, u_1 .. u_{k-1}] yields q_1 .. q_k.
+
+Each forward re-feeds the last k + 1 committed tokens as real tokens (whatever was fed as noise
+gets its exact K/V before anything later reads it), so the student's cache always holds exactly
+the committed sequence below the block. Greedy use feeds u = 0 everywhere: every token is its
+slot's argmax, and the next slot reads u = 0 as "the previous slot took its top token".
+
+Two uses: `push_forward_generate` (standalone, k tokens per forward, no verification: lossy,
+its samples follow the student's joint law, which only approximates the teacher's), and the
+`KForcing` drafter, verified by the target (lossless with `Greedy` and `Exact`: the drafts come
+with the q_i they were drawn from).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxdec.decoding import DecodeOutput, clamp_budget, prefill, rows_until_stop, typed_key
+from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.sampling import token_keys
+from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
+from jaxdec.spec.tree import Tree
+from jaxdec.spec.verify import DRAFT_TAG, Draft
+
+# A saved student: an HF model directory plus these two files (`jaxdec.load_push_forward`).
+NOISE_FILE, CONFIG_FILE = "push_forward.safetensors", "push_forward.json"
+
+
+def noise_features(u: jax.Array, count: int) -> jax.Array:
+  """f32[..., count]: a soft thermometer code of u in [0, 1] (tanh steps at `count` evenly spaced
+  thresholds), so "did u pass the previous slot's cumulative probability p" is nearly linear."""
+  centers = (jnp.arange(count, dtype=jnp.float32) + 0.5) / count
+  return jnp.tanh((u[..., None].astype(jnp.float32) - centers.reshape((1,) * u.ndim + (count,))) * count)
+
+
+def noise_embed(noise: dict, u: jax.Array) -> jax.Array:
+  """The input embedding of a token drawn with uniform u: base + features(u) @ w, f32[..., D]."""
+  features = noise_features(u, noise["w"].shape[0])
+  return jnp.expand_dims(noise["base"], tuple(range(features.ndim - 1))) + features @ noise["w"]
+
+
+def inverse_cdf(logits: jax.Array, u: jax.Array) -> jax.Array:
+  """i32[...]: the token F^-1(softmax(logits), u) over the vocabulary sorted by probability,
+  most likely first (u = 0: the argmax; u ~ U(0, 1): a sample of softmax(logits))."""
+  order = jnp.argsort(-logits, axis=-1)
+  probs = jnp.take_along_axis(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), order, -1)
+  rank = jnp.sum(jnp.cumsum(probs, axis=-1) <= u[..., None], axis=-1)
+  rank = jnp.minimum(rank, logits.shape[-1] - 1)
+  return jnp.take_along_axis(order, rank[..., None], -1)[..., 0].astype(jnp.int32)
+
+
+@struct.dataclass
+class PushForward:
+  """A K-Forcing student: `model` (a causal decoder), `noise` {"w": f32[F, D], "base": f32[D]},
+  `num_tokens` k drafted per forward and the `temperature` of the teacher law it was distilled
+  from (its samples approximate the teacher at that temperature)."""
+
+  model: Model
+  noise: dict
+  num_tokens: int = struct.field(pytree_node=False, default=4)
+  temperature: float = struct.field(pytree_node=False, default=1.0)
+
+  def __post_init__(self):
+    check_positive("num_tokens", self.num_tokens)
+    if not isinstance(self.model, Model):
+      raise TypeError(f"PushForward.model must be a jaxdec Model, got {type(self.model).__name__}")
+    if not self.model.config.is_causal:
+      raise ValueError(f"a push-forward student must be causal, got attention "
+                       f"{self.model.config.attention}")
+    shapes = {k: getattr(v, "shape", None) for k, v in self.noise.items()} if isinstance(self.noise, dict) else None
+    d = self.model.config.hidden_size
+    if (shapes is None or set(shapes) != {"w", "base"} or shapes["base"] != (d,)
+        or len(shapes["w"] or ()) != 2 or shapes["w"][1] != d):
+      raise ValueError(f"PushForward.noise must be {{'w': [F, {d}], 'base': [{d}]}}, got {shapes}")
+
+  @property
+  def window(self) -> int:
+    """Real tokens re-fed per forward: every token a drafter's step can commit (k + 1)."""
+    return self.num_tokens + 1
+
+  def init_cache(self, prompt: jax.Array, prompt_lengths: jax.Array, capacity: int) -> KVCache:
+    """The student's cache after the prompts, with room for `capacity` committed tokens."""
+    params, config = self.model.params, self.model.config
+    # A forward writes up to slot max(total, window) + k - 1 (`step`).
+    cache = KVCache.init(config, prompt.shape[0], max(capacity, self.window) + self.num_tokens,
+                         dtype=params["embed"].dtype)
+    return prefill(params, prompt, prompt_lengths, cache, config=config)[1]
+
+  def step(self, seq: jax.Array, total: jax.Array, cache: KVCache, u: jax.Array):
+    """One forward: committed tokens seq i32[B, S] (the first total i32[B]), uniforms
+    u f32[B, k] -> (logits f32[B, k, V] of q_1 .. q_k, the cache). u_k is not read (x_k feeds
+    nothing in this forward). The cache must hold the committed tokens below total - k - 1."""
+    params, config = self.model.params, self.model.config
+    k, batch = self.num_tokens, seq.shape[0]
+    start = jnp.maximum(total - self.window, 0)
+    real = start[:, None] + jnp.arange(self.window, dtype=jnp.int32)[None, :]
+    slots = total[:, None] + jnp.arange(k - 1, dtype=jnp.int32)[None, :]
+    pos = jnp.concatenate([real, slots], axis=1)
+    # Rows shorter than the window re-feed garbage past `total`: hidden as keys. Everything else
+    # is causal by position (noise slots sit at total, total + 1, ...).
+    key_ok = jnp.concatenate([real < total[:, None], jnp.ones((batch, k - 1), bool)], axis=1)
+    visible = key_ok[:, None, :] & (pos[:, None, :] <= pos[:, :, None])
+    x_real = embed(params, gather(seq, real))
+    x = jnp.concatenate([x_real, noise_embed(self.noise, u[:, :k - 1]).astype(x_real.dtype)], 1)
+    hidden, _, cache = decode_hidden(params, x, pos, cache.with_length(start), config=config,
+                                     tree=visible)
+    last = jnp.take_along_axis(hidden, (total - 1 - start)[:, None, None], axis=1)
+    out = jnp.concatenate([last, hidden[:, self.window:]], axis=1)
+    return unembed(params, out, config), cache
+
+  def uniforms(self, key: jax.Array | None, rows: jax.Array, positions: jax.Array) -> jax.Array:
+    """f32[B, k]: the noise for tokens at `positions` i32[B, k] (zeros when key is None:
+    greedy), keyed by (row, position) like every sampler here."""
+    if key is None:
+      return jnp.zeros(positions.shape, jnp.float32)
+    keys = token_keys(key, rows[:, None], positions)
+    return jax.vmap(jax.random.uniform)(keys.reshape(-1)).reshape(positions.shape)
+
+
+@struct.dataclass
+class KForcing(Drafter):
+  """The push-forward student drafts a chain of k tokens in one forward. With sampling, rows at
+  temperature > 0 draw u ~ U(0, 1) (the drafts come with the q_i they were drawn from, so
+  `Exact` stays lossless at any target temperature); greedy rows feed u = 0."""
+
+  student: PushForward
+
+  @property
+  def tree(self) -> Tree:
+    return Tree.chain(self.student.num_tokens)
+
+  @property
+  def forwards(self) -> int:
+    return 1
+
+  def check(self, target: ModelConfig) -> None:
+    vocab = self.student.model.config.vocab_size
+    if vocab != target.vocab_size:
+      raise ValueError(f"student vocabulary {vocab} != target vocabulary {target.vocab_size}: "
+                       f"drafter and target must share a tokenizer")
+
+  def init(self, prompt, prompt_lengths, capacity):
+    return self.student.init_cache(prompt, prompt_lengths, capacity)
+
+  def propose(self, state: KVCache, ctx: Context):
+    k = self.student.num_tokens
+    positions = ctx.total[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
+    key = None if ctx.sampling is None else jax.random.fold_in(ctx.key, DRAFT_TAG)
+    u = self.student.uniforms(key, ctx.rows, positions)
+    if ctx.sampling is not None:
+      u = jnp.where(ctx.sampling.temperature[:, None] > 0, u, 0.0)
+    logits, cache = self.student.step(ctx.seq, ctx.total, state, u)
+    tokens = inverse_cdf(logits, u)
+    probs = None if ctx.sampling is None else jax.nn.softmax(logits, axis=-1)
+    return Draft(tokens=tokens, valid=jnp.ones(tokens.shape, bool), probs=probs), cache
+
+
+def push_forward_generate(student: PushForward, prompt: jax.Array, prompt_lengths: jax.Array,
+                          max_new_tokens: jax.Array, key: jax.Array | None,
+                          stop_tokens: jax.Array, *, buffer_len: int,
+                          pad_id: int = 0) -> DecodeOutput:
+  """Standalone K-Forcing: k tokens per forward, no verification (lossy). Greedy (u = 0) when
+  `key` is None, else samples of the student's joint law. A row stops at its budget or after a
+  stop token; tokens a forward drew past either are dropped. stats: nfe (forwards per row,
+  prefill not counted), steps."""
+  batch, width = prompt.shape
+  k = student.num_tokens
+  key = typed_key(key)
+  rows = jnp.arange(batch, dtype=jnp.int32)
+  budget = clamp_budget(max_new_tokens, batch, buffer_len)
+  cache = student.init_cache(prompt, prompt_lengths, width + buffer_len + k)
+  seq = jnp.concatenate([prompt, jnp.full((batch, buffer_len + k), pad_id, jnp.int32)], axis=1)
+  seq = jnp.where(jnp.arange(seq.shape[1])[None, :] < prompt_lengths[:, None], seq, pad_id)
+
+  def step(carry):
+    seq, cache, count, done, nfe, steps = carry
+    total = prompt_lengths + count
+    positions = total[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
+    u = student.uniforms(key, rows, positions)
+    logits, cache = student.step(seq, total, cache, u)
+    new = inverse_cdf(logits, u)
+    active = ~done
+    take = jnp.where(active, jnp.minimum(rows_until_stop(new, stop_tokens), budget - count), 0)
+    kept = jnp.arange(k)[None, :] < take[:, None]
+    slot = jnp.where(kept, positions, seq.shape[1])
+    seq = seq.at[rows[:, None], slot].set(new, mode="drop")
+    stopped = jnp.any(kept & jnp.isin(new, stop_tokens), axis=1)
+    count = count + take
+    done = done | stopped | (count >= budget)
+    return seq, cache, count, done, nfe + active.astype(jnp.int32), steps + 1
+
+  zeros = jnp.zeros((batch,), jnp.int32)
+  seq, _, count, _, nfe, steps = jax.lax.while_loop(
+      lambda c: ~jnp.all(c[3]), step, (seq, cache, zeros, budget <= 0, zeros, jnp.zeros((), jnp.int32)))
+  index = prompt_lengths[:, None] + jnp.arange(buffer_len, dtype=jnp.int32)[None, :]
+  tokens = jnp.where(jnp.arange(buffer_len)[None, :] < count[:, None], gather(seq, index), pad_id)
+  return DecodeOutput(tokens=tokens, lengths=count,
+                      stats={"nfe": nfe, "steps": steps, "tokens_per_forward":
+                             count.astype(jnp.float32) / jnp.maximum(nfe, 1).astype(jnp.float32)})
