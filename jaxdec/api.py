@@ -243,7 +243,7 @@ def push_forward_generate(student, prompts, max_new_tokens: int = 64, key: jax.A
   distilled at. Other arguments as `generate`.
 
   Returns:
-    DecodeOutput; `stats`: `nfe` (student forwards per row, prefill not counted), `steps`,
+    DecodeOutput; `stats`: `nfe` (student forwards per row, the prefill included), `steps`,
     `tokens_per_forward`.
   """
   if not isinstance(student, kforcing.PushForward):

@@ -209,11 +209,12 @@ def _drafter(args):
 
   name = args.drafter or "lookup"
   knobs = {"lookup": ("num_tokens", "max_ngram"), "adapld": ("num_tokens", "max_ngram", "branches"),
-           "draft": ("num_tokens",), "heads": ()}
-  kind = name.split(":", 1)[0] if name.startswith(("draft:", "heads:")) else name
+           "draft": ("num_tokens",), "heads": (), "kforcing": ()}
+  kind = name.split(":", 1)[0] if name.startswith(("draft:", "heads:", "kforcing:")) else name
   if kind not in knobs:
-    raise ValueError(f"--drafter must be lookup, adapld, draft:MODEL (e.g. draft:zoo:pycode-draft) "
-                     f"or heads:DRAFTER (e.g. heads:zoo:pycode-mtp), got {name!r}")
+    raise ValueError(f"--drafter must be lookup, adapld, draft:MODEL (e.g. draft:zoo:pycode-draft), "
+                     f"heads:DRAFTER (e.g. heads:zoo:pycode-mtp) or kforcing:STUDENT (e.g. "
+                     f"kforcing:zoo:gsm-kforcing), got {name!r}")
   for dest in _given(args, ("num_tokens", "max_ngram", "branches")):
     if dest not in knobs[kind]:
       raise ValueError(f"{_flag(dest)} does not act on --drafter {name}")
@@ -225,11 +226,16 @@ def _drafter(args):
     return spec.AdaPLD(**given)
   path = name[len(kind) + 1:]
   if not path:
-    raise ValueError("--drafter draft:MODEL needs the draft model, e.g. draft:zoo:pycode-draft"
-                     if kind == "draft" else
-                     "--drafter heads:DRAFTER needs the heads' directory, e.g. heads:zoo:pycode-mtp")
-  if kind == "heads":
-    return jaxdec.load_drafter(path)
+    example = {"draft": "the draft model, e.g. draft:zoo:pycode-draft",
+               "heads": "the heads' directory, e.g. heads:zoo:pycode-mtp",
+               "kforcing": "the student's directory, e.g. kforcing:zoo:gsm-kforcing"}[kind]
+    raise ValueError(f"--drafter {kind}:... needs {example}")
+  if kind in ("heads", "kforcing"):
+    drafter = jaxdec.load_drafter(path)
+    if not isinstance(drafter, spec.KForcing if kind == "kforcing" else spec.Heads):
+      raise ValueError(f"--drafter {name}: {path} holds a {type(drafter).__name__} drafter, "
+                       f"not {'a K-Forcing student' if kind == 'kforcing' else 'Medusa heads'}")
+    return drafter
   num_tokens = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
   return spec.DraftModel(jaxdec.load(path), **num_tokens)
 
@@ -537,6 +543,12 @@ def _cmd_bench(args) -> int:
     spec.run(args.model, args.draft, num_prompts=args.prompts, new_tokens=args.new_tokens,
              num_tokens=tuple(args.num_tokens), repeats=args.repeats, peers=not args.no_peers,
              out=args.out, plot=args.plot, task=args.task, heads_path=args.heads)
+  elif args.suite == "kforcing":
+    from jaxdec.bench import kforcing
+
+    kforcing.run(args.model, args.student, batch_sizes=tuple(args.batch_sizes),
+                 new_tokens=args.new_tokens, repeats=args.repeats, out=args.out,
+                 task=None if args.task == "code" else args.task)
   else:
     from jaxdec.bench import diffusion
 
@@ -686,7 +698,7 @@ _PLOT_EXTRA = "pip install 'jaxdec[plot]'"
 
 
 def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion`."""
+  """`jaxdec bench ar | spec | diffusion | kforcing`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
@@ -751,7 +763,18 @@ def _add_bench_parser(sub) -> None:
                   help="also write OUT_speedup.png (speedup over the baseline per configuration) "
                        "and OUT_tokens_per_forward.png next to --out (needs matplotlib: "
                        + _PLOT_EXTRA + ")")
-  for suite in (ar, sp, df):
+  kf = suites.add_parser("kforcing", help="K-Forcing's standalone k-tokens-per-forward decoding "
+                                          "vs its teacher's AR, speed and quality")
+  kf.add_argument("--model", help="the teacher (left out: zoo:gsm-ar)")
+  kf.add_argument("--student", help="the K-Forcing student directory (left out: zoo:gsm-kforcing)")
+  kf.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
+                  help="gsm-synth test problems (with accuracy) or held-out code prompts")
+  kf.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64],
+                  help="one pair of rows per batch size")
+  kf.add_argument("--new-tokens", type=int, help="tokens per row (left out: the task's)")
+  kf.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  kf.add_argument("--out", default="bench_results/kforcing.json", help="JSON output path")
+  for suite in (ar, sp, df, kf):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 
@@ -790,12 +813,15 @@ def _add_speculative_flags(gen) -> None:
   """`jaxdec generate`'s drafter and verifier."""
   speculative = gen.add_argument_group(
       "speculative decoding (any of these implies --method speculative)")
-  speculative.add_argument("--drafter", metavar="{lookup,adapld,draft:MODEL,heads:DRAFTER}",
+  speculative.add_argument("--drafter",
+                           metavar="{lookup,adapld,draft:MODEL,heads:DRAFTER,kforcing:STUDENT}",
                            help="lookup (prompt lookup), adapld (lookup with a semantic "
                                 "fallback, tree drafts), draft:MODEL, a small AR model with "
-                                "the target's tokenizer (e.g. draft:zoo:pycode-draft), or "
+                                "the target's tokenizer (e.g. draft:zoo:pycode-draft), "
                                 "heads:DRAFTER, trained Medusa heads with their tree (e.g. "
-                                "heads:zoo:pycode-mtp); left out: lookup")
+                                "heads:zoo:pycode-mtp), or kforcing:STUDENT, a K-Forcing "
+                                "student drafting k tokens in one forward (e.g. "
+                                "kforcing:zoo:gsm-kforcing); left out: lookup")
   speculative.add_argument("--num-tokens", type=_positive_int,
                            help="draft tokens a step (adapld: a branch's depth); left out: the "
                                 "drafter's default (lookup 6, draft 4, adapld 4)")

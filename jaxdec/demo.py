@@ -83,6 +83,12 @@ def _gsm_methods() -> dict[str, Callable]:
     heads = jaxdec.load_drafter("zoo:gsm-mtp")
     found["speculative, Medusa heads (gsm-mtp)"] = lambda p: jaxdec.speculative_generate(
         ar, p, heads, max_new_tokens=gen)
+  if "gsm-kforcing" in installed:
+    student = jaxdec.load_push_forward("zoo:gsm-kforcing")
+    found["speculative, K-Forcing drafter (gsm-kforcing)"] = lambda p: jaxdec.speculative_generate(
+        ar, p, spec.KForcing(student), max_new_tokens=gen)
+    found["K-Forcing alone, 4 tokens/forward, lossy (gsm-kforcing)"] = (
+        lambda p: jaxdec.push_forward_generate(student, p, gen))
   if "gsm-dlm" in installed:
     dlm = jaxdec.load("zoo:gsm-dlm")
     found["diffusion threshold 0.9 + dual cache (gsm-dlm)"] = lambda p: jaxdec.diffusion_generate(

@@ -26,7 +26,7 @@ from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
 
 
-def _jaxdec_methods(draft, num_tokens, heads_path: str | None):
+def _jaxdec_methods(draft, num_tokens, heads_path: str | None, student_path: str | None = None):
   methods = {"jaxdec greedy AR": None}
   for k in num_tokens:
     methods[f"jaxdec draft model k={k}"] = spec.DraftModel(draft, k)
@@ -40,6 +40,9 @@ def _jaxdec_methods(draft, num_tokens, heads_path: str | None):
                                                                               tree_size=size)
       methods[f"jaxdec EntMTP ({size}-node trees by entropy)"] = jaxdec.load_drafter(
           heads_path, tree_size=size, entropy_switching=True)
+  if student_path is not None:
+    student = jaxdec.load_drafter(student_path)
+    methods[f"jaxdec K-Forcing drafter (k={student.student.num_tokens}, one forward)"] = student
   return methods
 
 
@@ -132,6 +135,7 @@ def _hf_methods(model, draft, prompts, new_tokens, eos, directory: str) -> dict:
 _DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
              "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", gsm_synth.GEN_LENGTH)}
 _HEADS = {"zoo:pycode-ar": "zoo:pycode-mtp", "zoo:gsm-ar": "zoo:gsm-mtp"}  # Shipped heads.
+_STUDENTS = {"zoo:gsm-ar": "zoo:gsm-kforcing"}  # Shipped K-Forcing students.
 HEAD_TREE_SIZES = (8, 16)
 
 
@@ -151,7 +155,8 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
   """Every method on the same prompts, timed interleaved; `plot` also writes `figures(record)`
   as PNGs next to `out`. Left out, the models and new_tokens are the task's (code: zoo:pycode-ar,
   zoo:pycode-draft, 64; gsm-synth: zoo:gsm-ar, zoo:gsm-draft, 448), and the Medusa heads rows
-  use the zoo's heads for a zoo target (`heads_path`: other heads; 'none': no heads rows)."""
+  use the zoo's heads for a zoo target (`heads_path`: other heads; 'none': no heads rows), the
+  K-Forcing row the zoo's student (gsm-ar's)."""
   if task not in _DEFAULTS:
     raise ValueError(f"task must be one of {[t for t in _DEFAULTS if t]} or None, got {task!r}")
   check_plot(plot, out)
@@ -166,7 +171,11 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
     heads_path = _HEADS.get(target_path)
     if heads_path is not None and heads_path[len("zoo:"):] not in zoo.available():
       heads_path = None
-  drafters = _jaxdec_methods(draft, num_tokens, None if heads_path == "none" else heads_path)
+  student_path = _STUDENTS.get(target_path)
+  if student_path is not None and student_path[len("zoo:"):] not in zoo.available():
+    student_path = None
+  drafters = _jaxdec_methods(draft, num_tokens, None if heads_path == "none" else heads_path,
+                             student_path)
   fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
          for name, d in drafters.items()}
   tmp = tempfile.TemporaryDirectory()

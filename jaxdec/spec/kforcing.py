@@ -171,8 +171,8 @@ def push_forward_generate(student: PushForward, prompt: jax.Array, prompt_length
                           pad_id: int = 0) -> DecodeOutput:
   """Standalone K-Forcing: k tokens per forward, no verification (lossy). Greedy (u = 0) when
   `key` is None, else samples of the student's joint law. A row stops at its budget or after a
-  stop token; tokens a forward drew past either are dropped. stats: nfe (forwards per row,
-  prefill not counted), steps."""
+  stop token; tokens a forward drew past either are dropped. stats: nfe (forwards per row, the
+  prompt's prefill included), steps, tokens_per_forward."""
   batch, width = prompt.shape
   k = student.num_tokens
   key = typed_key(key)
@@ -201,7 +201,7 @@ def push_forward_generate(student: PushForward, prompt: jax.Array, prompt_length
 
   zeros = jnp.zeros((batch,), jnp.int32)
   seq, _, count, _, nfe, steps = jax.lax.while_loop(
-      lambda c: ~jnp.all(c[3]), step, (seq, cache, zeros, budget <= 0, zeros, jnp.zeros((), jnp.int32)))
+      lambda c: ~jnp.all(c[3]), step, (seq, cache, zeros, budget <= 0, zeros + 1, jnp.zeros((), jnp.int32)))
   index = prompt_lengths[:, None] + jnp.arange(buffer_len, dtype=jnp.int32)[None, :]
   tokens = jnp.where(jnp.arange(buffer_len)[None, :] < count[:, None], gather(seq, index), pad_id)
   return DecodeOutput(tokens=tokens, lengths=count,

@@ -58,14 +58,14 @@ def test_one_token_push_forward_is_greedy_ar(target):
   out = jaxdec.push_forward_generate(_student(target, k=1), PROMPTS, max_new_tokens=13)
   ar = jaxdec.generate(target, PROMPTS, max_new_tokens=13)
   np.testing.assert_array_equal(out.tokens, ar.tokens)
-  np.testing.assert_array_equal(out.stats["nfe"], [13] * 4)
+  np.testing.assert_array_equal(out.stats["nfe"], [14] * 4)  # The prefill emits no token.
 
 
 def test_standalone_budgets_stops_and_tokens_per_forward(target):
   student = _student(target)
   free = jaxdec.push_forward_generate(student, PROMPTS, max_new_tokens=14)
   np.testing.assert_array_equal(free.lengths, [14] * 4)
-  np.testing.assert_array_equal(free.stats["nfe"], [4] * 4)  # ceil(14 / 4) forwards.
+  np.testing.assert_array_equal(free.stats["nfe"], [5] * 4)  # Prefill + ceil(14 / 4).
   # Each row alone gives the same tokens (ragged batch).
   alone = jaxdec.push_forward_generate(student, PROMPTS[1:2], max_new_tokens=14)
   np.testing.assert_array_equal(alone.tokens[0], free.tokens[1])

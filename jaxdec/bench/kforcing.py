@@ -1,0 +1,121 @@
+"""`jaxdec bench kforcing`: K-Forcing's standalone decoding (k tokens per forward, no
+verification) against its teacher's greedy AR, at several batch sizes, with what it costs.
+
+Speed: both decode the same gsm-synth test problems greedily (rows stop at EOS), timed
+interleaved; tokens/s counts the tokens each row kept. Quality, on the largest batch's problems
+(untimed): answer accuracy of the greedy outputs, and the teacher's bits per byte of each
+method's samples at the student's temperature (the teacher's own samples are the reference: a
+student whose joint law drifts from the teacher's writes text the teacher finds less likely).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec.bench.common import Timer, report
+from jaxdec.corpus import held_out_prompts
+from jaxdec.tasks import gsm_synth
+
+_DEFAULTS = {"gsm-synth": ("zoo:gsm-ar", "zoo:gsm-kforcing", gsm_synth.GEN_LENGTH),
+             None: ("zoo:pycode-ar", None, 64)}
+
+
+def teacher_bits_per_byte(teacher, tokenizer, prompts, outputs) -> float:
+  """The teacher's bits per byte of generated continuations (tokens i32[B, T] with lengths
+  i32[B]) given their prompts: one padded forward for the batch (causal, so padding after a
+  row changes none of its logits)."""
+  tokens, lengths = np.asarray(outputs.tokens), np.asarray(outputs.lengths)
+  rows = [list(p) + tokens[i, :lengths[i]].tolist() for i, p in enumerate(prompts)]
+  width = max(map(len, rows))
+  batch = np.zeros((len(rows), width), np.int32)
+  for i, r in enumerate(rows):
+    batch[i, :len(r)] = r
+  logp = np.asarray(jax.nn.log_softmax(jaxdec.forward(teacher, batch), axis=-1))
+  nats = sum(-logp[i, len(p) - 1 + j, batch[i, len(p) + j]]
+             for i, p in enumerate(prompts) for j in range(lengths[i]))
+  text_bytes = sum(len(tokenizer.decode(tokens[i, :lengths[i]].tolist()).encode())
+                   for i in range(len(prompts)))
+  return float(nats / np.log(2) / max(text_bytes, 1))
+
+
+def run(teacher_path: str | None = None, student_path: str | None = None, batch_sizes=(1, 8, 64),
+        min_prompts: int = 8, new_tokens: int | None = None, repeats: int = 3,
+        out: str | None = None, task: str | None = "gsm-synth", seed: int = 0) -> dict:
+  """One row per (batch size, method); each batch size decodes max(batch, `min_prompts`)
+  problems in batches of that size. Left out, the models are the task's zoo pair."""
+  if task not in _DEFAULTS:
+    raise ValueError(f"task must be one of {list(_DEFAULTS)}, got {task!r}")
+  default_teacher, default_student, default_tokens = _DEFAULTS[task]
+  teacher_path, student_path = teacher_path or default_teacher, student_path or default_student
+  if student_path is None:
+    raise ValueError("no K-Forcing student ships for this task: pass student_path")
+  new_tokens = new_tokens or default_tokens
+  teacher, student = jaxdec.load(teacher_path), jaxdec.load_push_forward(student_path)
+  tokenizer = jaxdec.load_tokenizer(teacher_path)
+  most = max(max(batch_sizes), min_prompts)
+  if task is None:
+    problems, prompts = None, held_out_prompts(tokenizer, most, prompt_tokens=128)
+  else:
+    problems = gsm_synth.problems("test", most, 0)
+    prompts = [tokenizer.encode(p.prompt) for p in problems]
+
+  methods = {"AR greedy (teacher)": lambda p: jaxdec.generate(teacher, p, new_tokens),
+             f"K-Forcing greedy (k={student.num_tokens})":
+                 lambda p: jaxdec.push_forward_generate(student, p, new_tokens)}
+  rows, timer = [], Timer()
+  for batch in batch_sizes:
+    chunks = [prompts[i:i + batch] for i in range(0, max(batch, min_prompts), batch)]
+
+    def decode(method, chunks=chunks):
+      outs = [methods[method](c) for c in chunks]
+      jax.block_until_ready([o.tokens for o in outs])
+      return outs
+
+    fns = {name: (lambda name=name: decode(name)) for name in methods}
+    first = {}
+    for name, fn in fns.items():
+      t0 = time.perf_counter()
+      outs = fn()
+      first[name] = (time.perf_counter() - t0, sum(int(np.sum(o.lengths)) for o in outs),
+                     sum(int(np.sum(o.stats["nfe"])) for o in outs))
+    medians = timer.interleaved(fns, repeats)
+    base = medians["AR greedy (teacher)"]
+    for name in methods:
+      compile_s, tokens, forwards = first[name]
+      rows.append({"batch": batch, "method": name, "tokens": tokens,
+                   "tokens/forward": tokens / max(forwards, 1), "tokens/s": tokens / medians[name],
+                   "speedup vs AR": base / medians[name], "first call s": compile_s})
+
+  quality = {}
+  key = jax.random.key(seed)
+  ar_greedy, kf_greedy = methods["AR greedy (teacher)"](prompts), jaxdec.push_forward_generate(
+      student, prompts, new_tokens)
+  ar_sampled = jaxdec.generate(teacher, prompts, new_tokens, key=key,
+                               sampling=jaxdec.Sampling.create(temperature=student.temperature))
+  kf_sampled = jaxdec.push_forward_generate(student, prompts, new_tokens, key=key)
+  for name, greedy, sampled in (("AR (teacher)", ar_greedy, ar_sampled),
+                                (f"K-Forcing (k={student.num_tokens})", kf_greedy, kf_sampled)):
+    quality[name] = {
+        "teacher bits/byte of greedy": teacher_bits_per_byte(teacher, tokenizer, prompts, greedy),
+        f"teacher bits/byte of samples (T={student.temperature:g})":
+            teacher_bits_per_byte(teacher, tokenizer, prompts, sampled)}
+    if problems is not None:
+      texts = [tokenizer.decode(np.asarray(greedy.tokens[i, :int(greedy.lengths[i])]).tolist())
+               for i in range(len(problems))]
+      quality[name]["greedy accuracy"] = gsm_synth.score(texts, problems)
+  for row in rows:
+    row.update(quality["AR (teacher)" if row["method"].startswith("AR") else
+                       f"K-Forcing (k={student.num_tokens})"])
+  columns = ["batch", "method", "tokens/forward", "tokens/s", "speedup vs AR",
+             *(["greedy accuracy"] if problems is not None else []),
+             "teacher bits/byte of greedy", f"teacher bits/byte of samples (T={student.temperature:g})",
+             "first call s"]
+  print(f"bench kforcing: {student_path} vs {teacher_path}, {task or 'held-out code'}, "
+        f"{new_tokens} new tokens, median of {repeats}; quality on {len(prompts)} prompts")
+  return report(rows, columns, timer, {
+      "suite": "kforcing", "task": task, "teacher": teacher_path, "student": student_path,
+      "new_tokens": new_tokens, "repeats": repeats, "quality_prompts": len(prompts)}, out)
