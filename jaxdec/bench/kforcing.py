@@ -44,9 +44,12 @@ def teacher_bits_per_byte(teacher, tokenizer, prompts, outputs) -> float:
 
 def run(teacher_path: str | None = None, student_path: str | None = None, batch_sizes=(1, 8, 64),
         min_prompts: int = 8, new_tokens: int | None = None, repeats: int = 3,
-        out: str | None = None, task: str | None = "gsm-synth", seed: int = 0) -> dict:
+        out: str | None = None, task: str | None = "gsm-synth", seed: int = 0,
+        num_tokens=(2, 4)) -> dict:
   """One row per (batch size, method); each batch size decodes max(batch, `min_prompts`)
-  problems in batches of that size. Left out, the models are the task's zoo pair."""
+  problems in batches of that size. Left out, the models are the task's zoo pair. The student
+  also runs with fewer tokens per forward (`num_tokens`): its first j slots are a j-token
+  student."""
   if task not in _DEFAULTS:
     raise ValueError(f"task must be one of {list(_DEFAULTS)}, got {task!r}")
   default_teacher, default_student, default_tokens = _DEFAULTS[task]
@@ -63,9 +66,11 @@ def run(teacher_path: str | None = None, student_path: str | None = None, batch_
     problems = gsm_synth.problems("test", most, 0)
     prompts = [tokenizer.encode(p.prompt) for p in problems]
 
-  methods = {"AR greedy (teacher)": lambda p: jaxdec.generate(teacher, p, new_tokens),
-             f"K-Forcing greedy (k={student.num_tokens})":
-                 lambda p: jaxdec.push_forward_generate(student, p, new_tokens)}
+  students = {f"K-Forcing greedy (k={k})": student.replace(num_tokens=k)
+              for k in num_tokens if k <= student.num_tokens}
+  methods = {"AR greedy (teacher)": lambda p: jaxdec.generate(teacher, p, new_tokens)}
+  methods.update({name: (lambda p, s=s: jaxdec.push_forward_generate(s, p, new_tokens))
+                  for name, s in students.items()})
   rows, timer = [], Timer()
   for batch in batch_sizes:
     chunks = [prompts[i:i + batch] for i in range(0, max(batch, min_prompts), batch)]
@@ -90,30 +95,28 @@ def run(teacher_path: str | None = None, student_path: str | None = None, batch_
                    "tokens/forward": tokens / max(forwards, 1), "tokens/s": tokens / medians[name],
                    "speedup vs AR": base / medians[name], "first call s": compile_s})
 
-  quality = {}
   key = jax.random.key(seed)
-  ar_greedy, kf_greedy = methods["AR greedy (teacher)"](prompts), jaxdec.push_forward_generate(
-      student, prompts, new_tokens)
-  ar_sampled = jaxdec.generate(teacher, prompts, new_tokens, key=key,
-                               sampling=jaxdec.Sampling.create(temperature=student.temperature))
-  kf_sampled = jaxdec.push_forward_generate(student, prompts, new_tokens, key=key)
-  for name, greedy, sampled in (("AR (teacher)", ar_greedy, ar_sampled),
-                                (f"K-Forcing (k={student.num_tokens})", kf_greedy, kf_sampled)):
+  sampling = jaxdec.Sampling.create(temperature=student.temperature)
+  samplers = {"AR greedy (teacher)": lambda: jaxdec.generate(teacher, prompts, new_tokens,
+                                                             sampling=sampling, key=key)}
+  samplers.update({name: (lambda s=s: jaxdec.push_forward_generate(s, prompts, new_tokens, key=key))
+                   for name, s in students.items()})
+  sampled_column = f"teacher bits/byte of samples (T={student.temperature:g})"
+  quality = {}
+  for name, method in methods.items():
+    greedy = method(prompts)
     quality[name] = {
         "teacher bits/byte of greedy": teacher_bits_per_byte(teacher, tokenizer, prompts, greedy),
-        f"teacher bits/byte of samples (T={student.temperature:g})":
-            teacher_bits_per_byte(teacher, tokenizer, prompts, sampled)}
+        sampled_column: teacher_bits_per_byte(teacher, tokenizer, prompts, samplers[name]())}
     if problems is not None:
       texts = [tokenizer.decode(np.asarray(greedy.tokens[i, :int(greedy.lengths[i])]).tolist())
                for i in range(len(problems))]
       quality[name]["greedy accuracy"] = gsm_synth.score(texts, problems)
   for row in rows:
-    row.update(quality["AR (teacher)" if row["method"].startswith("AR") else
-                       f"K-Forcing (k={student.num_tokens})"])
+    row.update(quality[row["method"]])
   columns = ["batch", "method", "tokens/forward", "tokens/s", "speedup vs AR",
              *(["greedy accuracy"] if problems is not None else []),
-             "teacher bits/byte of greedy", f"teacher bits/byte of samples (T={student.temperature:g})",
-             "first call s"]
+             "teacher bits/byte of greedy", sampled_column, "first call s"]
   print(f"bench kforcing: {student_path} vs {teacher_path}, {task or 'held-out code'}, "
         f"{new_tokens} new tokens, median of {repeats}; quality on {len(prompts)} prompts")
   return report(rows, columns, timer, {

@@ -73,16 +73,16 @@ class PushForwardStudent:
                        num_tokens=self.num_tokens, temperature=self.temperature)
 
   def export(self, params: dict, target: Model, windows, out_dir: str | None, *,
-             dtype: str = "float16", extra: dict | None = None) -> dict:
+             dtype: str = "float16", extra: dict | None = None, tokenizer=None) -> dict:
     """The student's next-token loss on `windows` beside the teacher's (how much the shared
-    backbone moved) and, with `out_dir`, the student as an HF model plus its noise embedding
-    (`jaxdec.load_push_forward` / `jaxdec.load_drafter` read it)."""
+    backbone moved) and, with `out_dir`, the student as an HF model (with `tokenizer`, the
+    teacher's) plus its noise embedding (`jaxdec.load_push_forward` / `jaxdec.load_drafter`)."""
     student = target.replace(params=params["backbone"])
     evals = {"teacher_nll": next_token_nll(target, windows),
              "student_nll": next_token_nll(student, windows)}
     if out_dir:
       export_hf(student.replace(params=jax.tree.map(lambda x: x.astype(dtype), student.params)),
-                None, out_dir)
+                tokenizer, out_dir)
       save_file({k: np.asarray(v, np.float32) for k, v in params["noise"].items()},
                 os.path.join(out_dir, NOISE_FILE))
       with open(os.path.join(out_dir, CONFIG_FILE), "w") as f:

@@ -80,12 +80,13 @@ class MedusaHeads:
     return Heads(heads, None if choices is None else tuple(map(tuple, choices)))
 
   def export(self, params: dict, target: Model, windows, out_dir: str | None, *,
-             dtype: str = "float16", extra: dict | None = None) -> dict:
+             dtype: str = "float16", extra: dict | None = None, tokenizer=None) -> dict:
     """Measure the heads' per-rank accuracy on `windows` (a validation split), build the best
     `tree_size`-node tree from it and, with `out_dir`, write the heads there in Medusa's layout
     with that tree. Returns the evaluation (accuracy table, tree, expected tokens per step).
     Jointly trained heads are measured on their own backbone, written as an HF model in
-    `out_dir/backbone`, whose next-token loss on `windows` is reported beside the target's."""
+    `out_dir/backbone`, whose next-token loss on `windows` is reported beside the target's.
+    Heads use their target's tokenizer: `tokenizer` is not written."""
     evals = {}
     if self.joint:
       backbone = target.replace(params=params["backbone"])

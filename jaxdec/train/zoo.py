@@ -87,7 +87,8 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   wall = time.perf_counter() - t0
   trainer.close()
   if not whole:
-    return _export_part(cfg, trainer, val_windows, export_dir, wall, start_step, workdir, plot)
+    return _export_part(cfg, trainer, val_windows, export_dir, wall, start_step, workdir, plot,
+                        tokenizer)
   # Evaluate the weights that ship: rounded to the export dtype, computed in fp32.
   model = _rounded(trainer.to_model(), cfg.export_dtype)
 
@@ -123,15 +124,17 @@ def _metadata(cfg: TrainConfig, trainer: Trainer, params, evals: dict, wall: flo
 
 
 def _export_part(cfg: TrainConfig, trainer: Trainer, val_windows, export_dir: str | None,
-                 wall: float, start_step: int, workdir: str, plot: bool | None) -> dict:
-  """A trained part over a frozen target (drafter heads): the part evaluates the weights that
-  ship (rounded to the export dtype) on the validation windows and writes its own format."""
+                 wall: float, start_step: int, workdir: str, plot: bool | None,
+                 tokenizer: Tokenizer) -> dict:
+  """A trained part over a frozen target (drafter heads, a student): the part evaluates the
+  weights that ship (rounded to the export dtype) on the validation windows and writes its own
+  format (with the target's tokenizer where it is a model of its own)."""
   cast = lambda x: x.astype(jnp.dtype(cfg.export_dtype)).astype(jnp.float32)
   params = jax.tree.map(cast, trainer.module.params())
   lead = jax.process_index() == 0
   evals = cfg.trainable.export(params, trainer.target, val_windows,
                                export_dir if lead else None, dtype=cfg.export_dtype,
-                               extra={"base_model_name_or_path": cfg.target})
+                               extra={"base_model_name_or_path": cfg.target}, tokenizer=tokenizer)
   meta = _metadata(cfg, trainer, params, evals, wall, start_step, workdir)
   if export_dir and lead:
     with open(os.path.join(export_dir, METADATA_FILE), "w") as f:

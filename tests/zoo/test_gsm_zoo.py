@@ -20,7 +20,8 @@ SAMPLE = 16  # Test problems per check (the note's figures are on 200 per split)
 # Floors for the sample, set below what the shipped weights scored on it (deterministic greedy
 # decoding; the margin covers float differences across platforms). See MEASURED.
 FLOORS = {"gsm-ar": 13 / 16, "gsm-dlm LLaDA + dual": 10 / 16,
-          "gsm-dlm threshold 0.9 + dual": 5 / 16, "gsm-mtp tau": 2.0}
+          "gsm-dlm threshold 0.9 + dual": 5 / 16, "gsm-mtp tau": 2.0, "gsm-kforcing tau": 3.0,
+          "gsm-kforcing first forward right": 14 / 16}
 # The shipped weights on the sample (x86 CPU, JAX 0.10.2).
 MEASURED = {"gsm-ar": 15 / 16, "gsm-dlm LLaDA + dual": 12 / 16,
             "gsm-dlm threshold 0.9 + dual": 7 / 16}
@@ -115,12 +116,33 @@ def test_gsm_mtp_heads_predict_and_speculate_losslessly(ar, tokenizer, problems)
     assert float(np.mean(out.stats["acceptance_length"])) > FLOORS["gsm-mtp tau"]
 
 
+@needs("gsm-kforcing")
+def test_gsm_kforcing_drafts_losslessly_and_decodes_alone(ar, tokenizer, problems):
+  """As a drafter: equal to greedy AR with several tokens per target forward. Alone (lossy):
+  four tokens per forward, the first forward's four equal to greedy AR's first four (an
+  untrained noise embedding gets the later three wrong). Its answers are wrong: one wrong digit
+  in a ~200-token scratchpad spoils an answer, and each later slot errs ~20% of the time."""
+  student = jaxdec.load_push_forward("zoo:gsm-kforcing")
+  prompts = [tokenizer.encode(p.prompt) for p in problems]
+  ref = jaxdec.generate(ar, prompts[:4], max_new_tokens=GEN)
+  out = jaxdec.speculative_generate(ar, prompts[:4], spec.KForcing(student), max_new_tokens=GEN)
+  np.testing.assert_array_equal(out.lengths, ref.lengths)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert float(np.mean(out.stats["acceptance_length"])) > FLOORS["gsm-kforcing tau"]
+  alone = jaxdec.push_forward_generate(student, prompts, max_new_tokens=GEN)
+  assert float(np.sum(alone.lengths) / np.sum(alone.stats["nfe"])) > 3.5
+  greedy = jaxdec.generate(ar, prompts, max_new_tokens=8).tokens
+  same = np.all(np.asarray(alone.tokens[:, :4]) == np.asarray(greedy[:, :4]), axis=1)
+  assert same.sum() >= FLOORS["gsm-kforcing first forward right"] * len(problems)
+
+
 def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
   from jaxdec import demo
 
   rows = demo.gsm_section(0)
   models = [r["method"].split("(")[-1].rstrip(")") for r in rows]
-  assert models == [m for m in ("gsm-ar", "gsm-draft", "gsm-mtp", "gsm-dlm") if m in INSTALLED]
+  assert models == [m for m in ("gsm-ar", "gsm-draft", "gsm-mtp", "gsm-kforcing", "gsm-kforcing",
+                                 "gsm-dlm") if m in INSTALLED]
   answer = gsm_synth.problems("test", 1, 0)[0].answer
   assert all(r["correct"] == (r["answer"] == answer) for r in rows)
   assert all(r["tokens/forward"] > 1.5 for r in rows[1:])  # Several tokens per target forward.
