@@ -8,9 +8,10 @@ unknown token x_i is fed at its own position as `noise_embed(u_i)`. Since x_i is
 the prefix and u_1..u_i, slot i + 1 can compute q_{i+1} = p(x_{i+1} | prefix, x_1..x_i) without
 seeing x_i: one forward over [last real tokens, u_1 .. u_{k-1}] yields q_1 .. q_k.
 
-Each forward re-feeds the last k + 1 committed tokens as real tokens (whatever was fed as noise
-gets its exact K/V before anything later reads it), so the student's cache always holds exactly
-the committed sequence below the block. Greedy use feeds u = 0 everywhere: every token is its
+Each forward re-feeds the committed tokens that were fed as noise (the drafter: the last k + 1,
+all a verification step can commit; standalone: the last k) as real tokens, so they get their
+exact K/V before anything later reads them and the student's cache always holds exactly the
+committed sequence below the block. Greedy use feeds u = 0 everywhere: every token is its
 slot's argmax, and the next slot reads u = 0 as "the previous slot took its top token".
 
 Two uses: `push_forward_generate` (standalone, k tokens per forward, no verification: lossy,
@@ -96,14 +97,17 @@ class PushForward:
                          dtype=params["embed"].dtype)
     return prefill(params, prompt, prompt_lengths, cache, config=config)[1]
 
-  def step(self, seq: jax.Array, total: jax.Array, cache: KVCache, u: jax.Array):
+  def step(self, seq: jax.Array, total: jax.Array, cache: KVCache, u: jax.Array,
+           window: int | None = None):
     """One forward: committed tokens seq i32[B, S] (the first total i32[B]), uniforms
     u f32[B, k] -> (logits f32[B, k, V] of q_1 .. q_k, the cache). u_k is not read (x_k feeds
-    nothing in this forward). The cache must hold the committed tokens below total - k - 1."""
+    nothing in this forward). The last `window` (static, default `self.window`) committed
+    tokens are re-fed; the cache must hold the ones below them."""
     params, config = self.model.params, self.model.config
     k, batch = self.num_tokens, seq.shape[0]
-    start = jnp.maximum(total - self.window, 0)
-    real = start[:, None] + jnp.arange(self.window, dtype=jnp.int32)[None, :]
+    window = self.window if window is None else window
+    start = jnp.maximum(total - window, 0)
+    real = start[:, None] + jnp.arange(window, dtype=jnp.int32)[None, :]
     slots = total[:, None] + jnp.arange(k - 1, dtype=jnp.int32)[None, :]
     pos = jnp.concatenate([real, slots], axis=1)
     # Rows shorter than the window re-feed garbage past `total`: hidden as keys. Everything else
@@ -115,7 +119,7 @@ class PushForward:
     hidden, _, cache = decode_hidden(params, x, pos, cache.with_length(start), config=config,
                                      tree=visible)
     last = jnp.take_along_axis(hidden, (total - 1 - start)[:, None, None], axis=1)
-    out = jnp.concatenate([last, hidden[:, self.window:]], axis=1)
+    out = jnp.concatenate([last, hidden[:, window:]], axis=1)
     return unembed(params, out, config), cache
 
   def uniforms(self, key: jax.Array | None, rows: jax.Array, positions: jax.Array) -> jax.Array:
@@ -187,7 +191,8 @@ def push_forward_generate(student: PushForward, prompt: jax.Array, prompt_length
     total = prompt_lengths + count
     positions = total[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
     u = student.uniforms(key, rows, positions)
-    logits, cache = student.step(seq, total, cache, u)
+    # Only the k tokens the last forward emitted were fed as noise: re-feed exactly those.
+    logits, cache = student.step(seq, total, cache, u, window=k)
     new = inverse_cdf(logits, u)
     active = ~done
     take = jnp.where(active, jnp.minimum(rows_until_stop(new, stop_tokens), budget - count), 0)
