@@ -697,6 +697,22 @@ def _cmd_demo(args) -> int:
 _PLOT_EXTRA = "pip install 'jaxdec[plot]'"
 
 
+def _add_kforcing_bench(suites):
+  """`jaxdec bench kforcing`'s parser."""
+  kf = suites.add_parser("kforcing", help="K-Forcing's standalone k-tokens-per-forward decoding "
+                                          "vs its teacher's AR, speed and quality")
+  kf.add_argument("--model", help="the teacher (left out: zoo:gsm-ar)")
+  kf.add_argument("--student", help="the K-Forcing student directory (left out: zoo:gsm-kforcing)")
+  kf.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
+                  help="gsm-synth test problems (with accuracy) or held-out code prompts")
+  kf.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64],
+                  help="one row per method per batch size")
+  kf.add_argument("--new-tokens", type=int, help="tokens per row (left out: the task's)")
+  kf.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  kf.add_argument("--out", default="bench_results/kforcing.json", help="JSON output path")
+  return kf
+
+
 def _add_bench_parser(sub) -> None:
   """`jaxdec bench ar | spec | diffusion | kforcing`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
@@ -763,17 +779,7 @@ def _add_bench_parser(sub) -> None:
                   help="also write OUT_speedup.png (speedup over the baseline per configuration) "
                        "and OUT_tokens_per_forward.png next to --out (needs matplotlib: "
                        + _PLOT_EXTRA + ")")
-  kf = suites.add_parser("kforcing", help="K-Forcing's standalone k-tokens-per-forward decoding "
-                                          "vs its teacher's AR, speed and quality")
-  kf.add_argument("--model", help="the teacher (left out: zoo:gsm-ar)")
-  kf.add_argument("--student", help="the K-Forcing student directory (left out: zoo:gsm-kforcing)")
-  kf.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
-                  help="gsm-synth test problems (with accuracy) or held-out code prompts")
-  kf.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64],
-                  help="one pair of rows per batch size")
-  kf.add_argument("--new-tokens", type=int, help="tokens per row (left out: the task's)")
-  kf.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
-  kf.add_argument("--out", default="bench_results/kforcing.json", help="JSON output path")
+  kf = _add_kforcing_bench(suites)
   for suite in (ar, sp, df, kf):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)

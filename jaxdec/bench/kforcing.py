@@ -20,6 +20,7 @@ from jaxdec.bench.common import Timer, report
 from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
 
+AR = "AR greedy (teacher)"
 _DEFAULTS = {"gsm-synth": ("zoo:gsm-ar", "zoo:gsm-kforcing", gsm_synth.GEN_LENGTH),
              None: ("zoo:pycode-ar", None, 64)}
 
@@ -40,6 +41,54 @@ def teacher_bits_per_byte(teacher, tokenizer, prompts, outputs) -> float:
   text_bytes = sum(len(tokenizer.decode(tokens[i, :lengths[i]].tolist()).encode())
                    for i in range(len(prompts)))
   return float(nats / np.log(2) / max(text_bytes, 1))
+
+
+def _speed_rows(methods: dict, prompts, batch: int, min_prompts: int, repeats: int,
+                timer: Timer) -> list[dict]:
+  """One row per method at `batch`: max(batch, min_prompts) prompts in batches of that size,
+  timed interleaved (the first call, compiling, timed apart)."""
+  chunks = [prompts[i:i + batch] for i in range(0, max(batch, min_prompts), batch)]
+
+  def decode(name):
+    outs = [methods[name](c) for c in chunks]
+    jax.block_until_ready([o.tokens for o in outs])
+    return outs
+
+  fns = {name: (lambda name=name: decode(name)) for name in methods}
+  first = {}
+  for name, fn in fns.items():
+    t0 = time.perf_counter()
+    outs = fn()
+    first[name] = (time.perf_counter() - t0, sum(int(np.sum(o.lengths)) for o in outs),
+                   sum(int(np.sum(o.stats["nfe"])) for o in outs))
+  medians = timer.interleaved(fns, repeats)
+  base = medians[AR]
+  return [{"batch": batch, "method": name, "tokens": tokens,
+           "tokens/forward": tokens / max(forwards, 1), "tokens/s": tokens / medians[name],
+           "speedup vs AR": base / medians[name], "first call s": compile_s}
+          for name, (compile_s, tokens, forwards) in first.items()]
+
+
+def _quality(methods: dict, students: dict, teacher, tokenizer, prompts, problems, new_tokens: int,
+             temperature: float, key) -> dict:
+  """Per method (untimed, all prompts at once): the teacher's bits per byte of its greedy text
+  and of its samples at the student's temperature, and the greedy answers' accuracy."""
+  sampling = jaxdec.Sampling.create(temperature=temperature)
+  samplers = {AR: lambda: jaxdec.generate(teacher, prompts, new_tokens, sampling=sampling, key=key)}
+  samplers.update({name: (lambda s=s: jaxdec.push_forward_generate(s, prompts, new_tokens, key=key))
+                   for name, s in students.items()})
+  quality = {}
+  for name, method in methods.items():
+    greedy = method(prompts)
+    quality[name] = {
+        "teacher bits/byte of greedy": teacher_bits_per_byte(teacher, tokenizer, prompts, greedy),
+        f"teacher bits/byte of samples (T={temperature:g})":
+            teacher_bits_per_byte(teacher, tokenizer, prompts, samplers[name]())}
+    if problems is not None:
+      texts = [tokenizer.decode(np.asarray(greedy.tokens[i, :int(greedy.lengths[i])]).tolist())
+               for i in range(len(problems))]
+      quality[name]["greedy accuracy"] = gsm_synth.score(texts, problems)
+  return quality
 
 
 def run(teacher_path: str | None = None, student_path: str | None = None, batch_sizes=(1, 8, 64),
@@ -68,52 +117,17 @@ def run(teacher_path: str | None = None, student_path: str | None = None, batch_
 
   students = {f"K-Forcing greedy (k={k})": student.replace(num_tokens=k)
               for k in num_tokens if k <= student.num_tokens}
-  methods = {"AR greedy (teacher)": lambda p: jaxdec.generate(teacher, p, new_tokens)}
+  methods = {AR: lambda p: jaxdec.generate(teacher, p, new_tokens)}
   methods.update({name: (lambda p, s=s: jaxdec.push_forward_generate(s, p, new_tokens))
                   for name, s in students.items()})
-  rows, timer = [], Timer()
-  for batch in batch_sizes:
-    chunks = [prompts[i:i + batch] for i in range(0, max(batch, min_prompts), batch)]
-
-    def decode(method, chunks=chunks):
-      outs = [methods[method](c) for c in chunks]
-      jax.block_until_ready([o.tokens for o in outs])
-      return outs
-
-    fns = {name: (lambda name=name: decode(name)) for name in methods}
-    first = {}
-    for name, fn in fns.items():
-      t0 = time.perf_counter()
-      outs = fn()
-      first[name] = (time.perf_counter() - t0, sum(int(np.sum(o.lengths)) for o in outs),
-                     sum(int(np.sum(o.stats["nfe"])) for o in outs))
-    medians = timer.interleaved(fns, repeats)
-    base = medians["AR greedy (teacher)"]
-    for name in methods:
-      compile_s, tokens, forwards = first[name]
-      rows.append({"batch": batch, "method": name, "tokens": tokens,
-                   "tokens/forward": tokens / max(forwards, 1), "tokens/s": tokens / medians[name],
-                   "speedup vs AR": base / medians[name], "first call s": compile_s})
-
-  key = jax.random.key(seed)
-  sampling = jaxdec.Sampling.create(temperature=student.temperature)
-  samplers = {"AR greedy (teacher)": lambda: jaxdec.generate(teacher, prompts, new_tokens,
-                                                             sampling=sampling, key=key)}
-  samplers.update({name: (lambda s=s: jaxdec.push_forward_generate(s, prompts, new_tokens, key=key))
-                   for name, s in students.items()})
-  sampled_column = f"teacher bits/byte of samples (T={student.temperature:g})"
-  quality = {}
-  for name, method in methods.items():
-    greedy = method(prompts)
-    quality[name] = {
-        "teacher bits/byte of greedy": teacher_bits_per_byte(teacher, tokenizer, prompts, greedy),
-        sampled_column: teacher_bits_per_byte(teacher, tokenizer, prompts, samplers[name]())}
-    if problems is not None:
-      texts = [tokenizer.decode(np.asarray(greedy.tokens[i, :int(greedy.lengths[i])]).tolist())
-               for i in range(len(problems))]
-      quality[name]["greedy accuracy"] = gsm_synth.score(texts, problems)
+  timer = Timer()
+  rows = [row for batch in batch_sizes
+          for row in _speed_rows(methods, prompts, batch, min_prompts, repeats, timer)]
+  quality = _quality(methods, students, teacher, tokenizer, prompts, problems, new_tokens,
+                     student.temperature, jax.random.key(seed))
   for row in rows:
     row.update(quality[row["method"]])
+  sampled_column = f"teacher bits/byte of samples (T={student.temperature:g})"
   columns = ["batch", "method", "tokens/forward", "tokens/s", "speedup vs AR",
              *(["greedy accuracy"] if problems is not None else []),
              "teacher bits/byte of greedy", sampled_column, "first call s"]

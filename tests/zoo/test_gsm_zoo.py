@@ -136,6 +136,27 @@ def test_gsm_kforcing_drafts_losslessly_and_decodes_alone(ar, tokenizer, problem
   assert same.sum() >= FLOORS["gsm-kforcing first forward right"] * len(problems)
 
 
+@needs("gsm-kforcing")
+def test_bench_kforcing_rows_and_quality(tmp_path):
+  """Every method at every batch size; the student emits several tokens per forward, and the
+  teacher finds its greedy text less likely than its own."""
+  import json
+
+  from jaxdec import cli
+  from jaxdec.bench.kforcing import AR
+
+  out = tmp_path / "kforcing.json"
+  assert cli.main(["bench", "kforcing", "--batch-sizes", "1", "2", "--new-tokens", "24",
+                   "--repeats", "1", "--out", str(out)]) == 0
+  rows = json.loads(out.read_text())["rows"]
+  methods = [AR, "K-Forcing greedy (k=2)", "K-Forcing greedy (k=4)"]
+  assert [(r["batch"], r["method"]) for r in rows] == [(b, m) for b in (1, 2) for m in methods]
+  by = {(r["batch"], r["method"]): r for r in rows}
+  assert by[1, AR]["tokens/forward"] == 1.0 and by[1, AR]["speedup vs AR"] == 1.0
+  assert by[1, methods[2]]["tokens/forward"] > 3.0
+  assert by[1, AR]["teacher bits/byte of greedy"] < by[1, methods[2]]["teacher bits/byte of greedy"]
+
+
 def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
   from jaxdec import demo
 
