@@ -125,7 +125,7 @@ def _metadata(cfg: TrainConfig, trainer: Trainer, params, evals: dict, wall: flo
 
 def _export_part(cfg: TrainConfig, trainer: Trainer, val_windows, export_dir: str | None,
                  wall: float, start_step: int, workdir: str, plot: bool | None,
-                 tokenizer: Tokenizer) -> dict:
+                 tokenizer: Tokenizer | None = None) -> dict:
   """A trained part over a frozen target (drafter heads, a student): the part evaluates the
   weights that ship (rounded to the export dtype) on the validation windows and writes its own
   format (with the target's tokenizer where it is a model of its own)."""
