@@ -33,6 +33,7 @@ from jaxdec.convert import export_hf
 from jaxdec.model import Model, decode_hidden, embed, unembed
 from jaxdec.spec.kforcing import CONFIG_FILE, NOISE_FILE, PushForward, inverse_cdf, noise_embed
 from jaxdec.train.mtp import next_token_nll
+from jaxdec.train.objectives import _mean
 
 @dataclasses.dataclass(frozen=True)
 class PushForwardStudent:
@@ -171,6 +172,3 @@ def _kl(p_logits, q_logits, temperature: float):
   log_q = jax.nn.log_softmax(q_logits, axis=-1)
   return jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
 
-
-def _mean(values, keep):
-  return jnp.sum(jnp.where(keep, values, 0.0)) / jnp.maximum(jnp.sum(keep), 1).astype(jnp.float32)
