@@ -61,14 +61,22 @@ def as_model(model, what: str = "model") -> Model:
 
 
 def load_drafter(path: str, choices=None, tree_size: int | None = None,
-                 entropy_switching: bool = False):
+                 entropy_switching: bool = False, target=None):
   """A trained drafter from 'zoo:NAME' or a directory, ready for `speculative_generate`: Medusa
   heads (the published layout; a directory jaxdec saved also holds its best tree, else the
   heads draft a chain). `choices` picks another tree for the same heads (`Heads.with_choices`);
   `tree_size` builds the best tree of that many nodes from the per-rank accuracies jaxdec saved
   with the heads (`spec.heads.sparse_tree`). `entropy_switching` returns EntMTP
   (`spec.entmtp.EntropyTrees`) from the saved entropy profile: each running-entropy bucket's
-  best tree of `tree_size` nodes (left out: the saved tree's size)."""
+  best tree of `tree_size` nodes (left out: the saved tree's size).
+
+  An EAGLE-3 directory (the published layout, `convert.eagle3`) loads as `spec.eagle.Eagle3`
+  over `target` (a Model or a path / 'zoo:NAME'; left out: the base model its config.json
+  names), which gives the embedding and, when the directory has none, the LM head. It grows the
+  dynamic tree saved with it (published ones: `Eagle3`'s default); pick another with
+  `drafter.with_tree(top_k=, depth=, size=)` (top_k=1: a chain). The Medusa options do not
+  apply to it."""
+  from jaxdec.convert.eagle3 import is_eagle3_dir, read_eagle3
   from jaxdec.convert.medusa import is_medusa_dir, read_medusa
   from jaxdec.spec.entmtp import EntropyTrees
   from jaxdec.spec.heads import Heads, sparse_tree
@@ -82,9 +90,16 @@ def load_drafter(path: str, choices=None, tree_size: int | None = None,
       raise ValueError(f"{directory} holds a K-Forcing student, which drafts a chain: choices, "
                        f"tree_size and entropy_switching are for Medusa heads")
     return KForcing(load_push_forward(directory))
+  if is_eagle3_dir(directory):
+    if choices is not None or tree_size is not None or entropy_switching:
+      raise ValueError(f"{directory} holds an EAGLE-3 drafter, which grows its own dynamic tree: "
+                       f"choices, tree_size and entropy_switching are for Medusa heads; use "
+                       f"drafter.with_tree(top_k=, depth=, size=)")
+    return read_eagle3(directory, None if target is None else as_model(target, "target"))
   if not is_medusa_dir(directory):
     raise ValueError(f"{directory} is not a drafter directory jaxdec reads (config.json with "
-                     f"medusa_num_heads, or {CONFIG_FILE})")
+                     f"medusa_num_heads, an EAGLE-3 config.json (architectures "
+                     f"LlamaForCausalLMEagle3, or draft_vocab_size), or {CONFIG_FILE})")
   params, config = read_medusa(directory)
   heads = Heads(jax.tree.map(jnp.asarray, params))
   saved = (config.get("jaxdec") or {}).get("choices")
