@@ -246,9 +246,11 @@ def mark(seen: jax.Array, tokens: jax.Array, valid: jax.Array) -> jax.Array:
 
 def tree_pending(block: jax.Array, ancestors: jax.Array, vocab_size: int) -> jax.Array:
   """bool[B, N + 1, V]: the draft tokens preceding each node of a speculative block i32[B, N + 1]
-  (its ancestors and itself; the root at node 0 is already committed)."""
+  (its ancestors and itself; the root at node 0 is already committed). `ancestors` is the
+  ancestor mask bool[N + 1, N + 1] of a static tree or bool[B, N + 1, N + 1] of per-row trees."""
   drafts = jax.nn.one_hot(block, vocab_size, dtype=jnp.float32).at[:, 0].set(0.0)
-  return jnp.einsum("ij,bjv->biv", ancestors.astype(jnp.float32), drafts) > 0
+  ancestors = jnp.broadcast_to(ancestors, (block.shape[0],) + ancestors.shape[-2:])
+  return jnp.einsum("bij,bjv->biv", ancestors.astype(jnp.float32), drafts) > 0
 
 
 def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:

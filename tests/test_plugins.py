@@ -208,7 +208,7 @@ class TargetCacheDrafter(spec.Drafter):
     if target.vocab_size != self.target.config.vocab_size:
       raise ValueError("vocabularies differ")
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     return ()
 
   def propose(self, state, ctx):
@@ -243,7 +243,7 @@ class Bigram(spec.Drafter):
     if target.vocab_size != self.vocab_size:
       raise ValueError(f"Bigram.vocab_size {self.vocab_size} != target {target.vocab_size}")
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     batch, width = prompt.shape
     table = jnp.zeros((batch, self.vocab_size), jnp.int32)
     rows = jnp.arange(batch)[:, None]

@@ -40,7 +40,7 @@ class AdaPLD(Drafter):
   def hidden_layers(self, target: ModelConfig) -> tuple[int, ...]:
     return (target.num_layers,)  # The final-normed state.
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     return ()
 
   def propose(self, state, ctx: Context):

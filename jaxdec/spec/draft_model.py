@@ -49,7 +49,7 @@ class DraftModel(Drafter):
       raise ValueError(f"the draft model must be causal (autoregressive), got attention "
                        f"{self.model.config.attention}")
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     params, config = self.model.params, self.model.config
     cache = KVCache.init(config, prompt.shape[0], capacity, dtype=params["embed"].dtype)
     return prefill(params, prompt, prompt_lengths, cache, config=config)[1]

@@ -12,6 +12,8 @@ Subclass `Drafter` to inherit the defaults (no state, no hidden states, no feedb
 A drafter may switch topology from step to step (EntMTP): `variants()` lists drafters that share
 its state, each with its own static tree, and `pick(state)` says which runs this step; the loop
 compiles one step per branch and selects with `lax.switch`, so every branch keeps static shapes.
+A drafter whose tree differs per row and step (EAGLE-2) declares a `DynamicTree` (static bounds)
+and returns each row's parents in `Draft.parents`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from flax import struct
 
 from jaxdec.model import KVCache, ModelConfig
 from jaxdec.sampling import Sampling
-from jaxdec.spec.tree import Tree
+from jaxdec.spec.tree import DynamicTree, Tree
 from jaxdec.spec.verify import Draft, Verdict
 
 
@@ -67,10 +69,11 @@ class Feedback:
 
 
 class Drafter(Protocol):
-  """tree: the static `Tree` topology of each step's drafts (`Tree.chain(k)` for one sequence);
+  """tree: the static `Tree` topology of each step's drafts (`Tree.chain(k)` for one sequence),
+  or a `DynamicTree` bounding the per-row trees that `propose` returns in `Draft.parents`;
   forwards: draft-model forward passes per step (for the stats)."""
 
-  tree: Tree
+  tree: Tree | DynamicTree
   forwards: int
 
   def check(self, target: ModelConfig) -> None:
@@ -80,14 +83,18 @@ class Drafter(Protocol):
     """Static indices of the target hidden states the drafter reads from `Context.hidden`."""
     return ()
 
-  def init(self, prompt: jax.Array, prompt_lengths: jax.Array, capacity: int) -> Any:
+  def init(self, prompt: jax.Array, prompt_lengths: jax.Array, capacity: int,
+           hidden: jax.Array | None) -> Any:
     """The initial state for right-padded prompts i32[B, P]; `capacity` is the static length of
-    `Context.seq` (default: no state)."""
+    `Context.seq`; `hidden` [len(layers), B, P, D] the target's hidden states over the prompts at
+    the `hidden_layers` (stale past each row's length), None when the drafter names no layers, so
+    a drafter reading them can prefill its own cache (default: no state)."""
     return ()
 
   @abc.abstractmethod
   def propose(self, state: Any, ctx: Context) -> tuple[Draft, Any]:
-    """Draft tokens for the nodes of `tree` (padding marked invalid) and the next state."""
+    """Draft tokens for the nodes of `tree` (padding marked invalid) and the next state; with a
+    `DynamicTree`, also each row's parents, within its size, depth and fan-out bounds."""
 
   def update(self, state: Any, feedback: Feedback) -> Any:
     """The state after verification (default: unchanged)."""

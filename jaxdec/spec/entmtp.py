@@ -65,7 +65,7 @@ class EntropyTrees(Drafter):
   def hidden_layers(self, target: ModelConfig) -> tuple[int, ...]:
     return (target.num_layers,)
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     return jnp.full(prompt.shape[:1], self.initial, jnp.float32)  # The running entropy, per row.
 
   def propose(self, state, ctx: Context):

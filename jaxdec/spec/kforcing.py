@@ -153,7 +153,7 @@ class KForcing(Drafter):
       raise ValueError(f"student vocabulary {vocab} != target vocabulary {target.vocab_size}: "
                        f"drafter and target must share a tokenizer")
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     return self.student.init_cache(prompt, prompt_lengths, capacity)
 
   def propose(self, state: KVCache, ctx: Context):

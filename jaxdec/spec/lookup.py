@@ -72,7 +72,7 @@ class PromptLookup(Drafter):
   def tree(self) -> Tree:
     return Tree.chain(self.num_tokens)
 
-  def init(self, prompt, prompt_lengths, capacity):
+  def init(self, prompt, prompt_lengths, capacity, hidden):
     return ()
 
   def propose(self, state, ctx: Context):

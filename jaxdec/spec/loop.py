@@ -23,7 +23,7 @@ from jaxdec.decoding import (DecodeOutput, check_returned, clamp_budget, positio
 from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.sampling import Sampling
 from jaxdec.spec.drafter import Context, Drafter, Feedback
-from jaxdec.spec.tree import Tree
+from jaxdec.spec.tree import DynamicTree, Tree
 from jaxdec.spec.verify import Verdict, Verifier
 
 
@@ -59,7 +59,8 @@ class _Step:
   controls: Controls
 
 
-def compact_path(cache: KVCache, base: jax.Array, path: jax.Array, tree: Tree) -> KVCache:
+def compact_path(cache: KVCache, base: jax.Array, path: jax.Array,
+                 tree: Tree | DynamicTree) -> KVCache:
   """Move the K/V of the accepted tree nodes `path` i32[B, D] (written at slots base + node) to
   slots base + 1 .. base + D so the cache is a plain sequence again. Chains need nothing."""
   if tree.is_chain:
@@ -77,20 +78,24 @@ def _verify(c: _Step, s: _SpecState, rows: jax.Array):
                 key=c.key, rows=rows)
   draft, draft_state = c.drafter.propose(s.draft_state, ctx)
   shape = (s.seq.shape[0], tree.size)
-  check_returned(c.drafter, "propose", tokens=(draft.tokens, shape), valid=(draft.valid, shape))
+  returned = {"tokens": (draft.tokens, shape), "valid": (draft.valid, shape)}
+  if draft.parents is not None:
+    returned["parents"] = (draft.parents, shape)
+  check_returned(c.drafter, "propose", **returned)
+  topo = tree.topology(draft, shape[0])  # This step's per-row tree.
   root = jnp.take_along_axis(s.seq, base[:, None], 1)
   block = jnp.concatenate([root, draft.tokens], axis=1)
-  block_positions = base[:, None] + jnp.asarray(tree.depths)[None, :]
-  tree_mask = None if tree.is_chain else jnp.asarray(tree.ancestor_mask)[None]
+  block_positions = base[:, None] + topo.depths
+  tree_mask = None if topo.is_chain else topo.ancestor_mask
   h, hidden, cache = decode_hidden(c.params, embed(c.params, block), block_positions, s.cache,
                                    config=c.config, tree=tree_mask, hidden_layers=c.layers)
   logits = unembed(c.params, h, c.config)
   pending = None
   if c.controls.rules is not None:
-    pending = tree_pending(block, jnp.asarray(tree.ancestor_mask), c.config.vocab_size)
-  generated = (s.total - c.prompt_lengths)[:, None] + jnp.asarray(tree.depths)[None, :]
+    pending = tree_pending(block, topo.ancestor_mask, c.config.vocab_size)
+  generated = (s.total - c.prompt_lengths)[:, None] + topo.depths
   ruled = c.controls.process(logits, s.controls, generated, c.stop_tokens, pending)
-  verdict = c.verifier(draft, ruled, tree, c.sampling, c.key, rows, base)
+  verdict = c.verifier(draft, ruled, topo, c.sampling, c.key, rows, base)
   return draft, verdict, logits, ruled, hidden, cache, draft_state
 
 
@@ -172,8 +177,10 @@ def _start(c: _Step, prompt: jax.Array, capacity: int, buffer_len: int, pad_id: 
   if c.layers:
     hidden = jnp.zeros((len(c.layers), batch, capacity, c.config.hidden_size), prompt_hidden.dtype)
     hidden = hidden.at[:, :, :width].set(prompt_hidden)
+  draft_state = c.drafter.init(prompt, c.prompt_lengths, capacity,
+                               prompt_hidden if c.layers else None)
   return _SpecState(
-      cache=cache, draft_state=c.drafter.init(prompt, c.prompt_lengths, capacity), seq=seq,
+      cache=cache, draft_state=draft_state, seq=seq,
       total=c.prompt_lengths + 1, hidden=hidden, done=stop | (c.budget <= 1),
       target_forwards=jnp.ones((batch,), jnp.int32),
       accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),

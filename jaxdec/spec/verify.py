@@ -23,7 +23,7 @@ import numpy as np
 from flax import struct
 
 from jaxdec.sampling import Sampling, token_keys, warp_logits
-from jaxdec.spec.tree import Tree
+from jaxdec.spec.tree import DynamicTree, Topology, Tree
 
 # Tags that separate the random draws made for one (row, position); sibling s uses _ACCEPT + 8 s.
 DRAFT_TAG, _ACCEPT, _RESIDUAL = 1, 2, 3
@@ -33,11 +33,14 @@ DRAFT_TAG, _ACCEPT, _RESIDUAL = 1, 2, 3
 class Draft:
   """Draft nodes 1..N of a tree: tokens i32[B, N], valid bool[B, N] (padding is never accepted),
   probs f32[B, N, V] = the drafter's distribution each token was drawn from, or None for
-  deterministic drafters (then q is one-hot at the token)."""
+  deterministic drafters (then q is one-hot at the token); parents i32[B, N] = each row's tree
+  (node i + 1's parent: 0, the root, or an earlier node 1..i) from a drafter whose tree is a
+  `DynamicTree`, None from one with a static `Tree`."""
 
   tokens: jax.Array
   valid: jax.Array
   probs: jax.Array | None = None
+  parents: jax.Array | None = None
 
 
 @struct.dataclass
@@ -53,13 +56,15 @@ class Verifier(Protocol):
   """Decides, from the drafts and the target's logits f32[B, N + 1, V] over [root, drafts], how
   many drafts to accept and the next token."""
 
-  def check(self, tree: Tree, sampling: Sampling | None) -> None:
-    """Raise ValueError if this verifier cannot verify `tree` under `sampling` (None = greedy)."""
+  def check(self, tree: Tree | DynamicTree, sampling: Sampling | None) -> None:
+    """Raise ValueError if this verifier cannot verify the drafter's `tree` under `sampling`
+    (None = greedy)."""
 
   @abc.abstractmethod
-  def __call__(self, draft: Draft, logits: jax.Array, tree: Tree, sampling: Sampling | None,
+  def __call__(self, draft: Draft, logits: jax.Array, tree: Topology, sampling: Sampling | None,
                key: jax.Array | None, rows: jax.Array, base: jax.Array) -> Verdict:
-    """`base` i32[B] is the position of the root (the last committed token)."""
+    """`tree` holds this step's per-row topology (the static tree's, broadcast, or the drafter's
+    own); `base` i32[B] is the position of the root (the last committed token)."""
 
 
 def _in_range(name: str, value, low: float, high: float) -> None:
@@ -105,20 +110,24 @@ def _categorical(key, rows, positions, weights):
   return jnp.where(jnp.sum(weights, -1) > 0, drawn, jnp.argmax(weights, -1).astype(jnp.int32))
 
 
-def _deepest(ok: jax.Array, tree: Tree, next_from) -> Verdict:
+def _at(values: jax.Array, index: jax.Array) -> jax.Array:
+  """values[b, index[b, ...]] for values [B, M, ...] and index i32[B, ...]: per-row node lookup."""
+  return jax.vmap(lambda v, i: v[i])(values, index)
+
+
+def _deepest(ok: jax.Array, tree: Topology, next_from) -> Verdict:
   """Accept the deepest node whose whole path is ok (ties: lowest index). ok bool[B, N]."""
-  ancestors = jnp.asarray(tree.ancestor_mask[1:, 1:])  # [N, N] over draft nodes.
-  path_ok = ~jnp.any(ancestors[None] & ~ok[:, None, :], axis=-1)
-  depth = jnp.asarray(tree.depths[1:])
-  score = jnp.where(path_ok, depth[None, :], 0)
+  ancestors = tree.ancestor_mask[:, 1:, 1:]  # [B, N, N] over draft nodes.
+  path_ok = ~jnp.any(ancestors & ~ok[:, None, :], axis=-1)
+  score = jnp.where(path_ok, tree.depths[:, 1:], 0)
   best = jnp.where(jnp.any(path_ok, -1), jnp.argmax(score, -1) + 1, 0).astype(jnp.int32)
-  num = jnp.asarray(tree.depths)[best]
-  return Verdict(num_accepted=num, path=jnp.asarray(tree.paths)[best], next_token=next_from(best))
+  return Verdict(num_accepted=_at(tree.depths, best), path=_at(tree.paths, best),
+                 next_token=next_from(best))
 
 
-def _parent_values(values: jax.Array, tree: Tree) -> jax.Array:
+def _parent_values(values: jax.Array, tree: Topology) -> jax.Array:
   """values[B, N + 1, ...] at each draft node's parent -> [B, N, ...]."""
-  return values[:, jnp.asarray(tree.parents)]
+  return _at(values, tree.parents)
 
 
 @struct.dataclass
@@ -127,12 +136,12 @@ class Greedy:
   Greedy decoding only: with sampling settings it would emit argmax tokens the user did not ask
   for, so `check` refuses them (use `Exact()`)."""
 
-  def check(self, tree: Tree, sampling) -> None:
+  def check(self, tree: Tree | DynamicTree, sampling) -> None:
     if sampling is not None:
       raise ValueError("Greedy() verification decodes greedily but sampling settings were given; "
                        "use Exact() (lossless in distribution) or drop sampling=")
 
-  def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
+  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
     del sampling, key, rows, base
     best_tokens = jnp.argmax(logits, -1).astype(jnp.int32)  # [B, N + 1]
     ok = draft.valid & (draft.tokens == _parent_values(best_tokens, tree))
@@ -150,10 +159,10 @@ class Exact:
   sibling is zeroed; with no child accepted, sample from r.
   """
 
-  def check(self, tree: Tree, sampling) -> None:
+  def check(self, tree: Tree | DynamicTree, sampling) -> None:
     pass
 
-  def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
+  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
     p = target_probs(logits, sampling)  # [B, N + 1, V]
     if draft.probs is None:
       return _sibling_rule(draft, p, tree, key, rows, base)
@@ -180,18 +189,18 @@ def _chain_rule(draft: Draft, p, q, key, rows, base) -> Verdict:
   return Verdict(num_accepted=num, path=path, next_token=y)
 
 
-def _sibling_rule(draft: Draft, p, tree: Tree, key, rows, base) -> Verdict:
+def _sibling_rule(draft: Draft, p, tree: Topology, key, rows, base) -> Verdict:
   """Exact verification of deterministic drafts on any tree (EAGLE's sampling rule)."""
   batch = p.shape[0]
-  children = jnp.asarray(tree.children)
   node = jnp.zeros((batch,), jnp.int32)
   residual = p[:, 0]
   going = jnp.ones((batch,), bool)
   path = jnp.zeros((batch, max(tree.max_depth, 1)), jnp.int32)
   for depth in range(1, tree.max_depth + 1):
     accepted = jnp.full((batch,), -1, jnp.int32)
-    for slot in range(children.shape[1]):
-      child = children[node, slot]  # [B]
+    kids = _at(tree.children, node)  # [B, max_children]
+    for slot in range(kids.shape[1]):
+      child = kids[:, slot]
       index = jnp.maximum(child - 1, 0)
       token = jnp.take_along_axis(draft.tokens, index[:, None], 1)[:, 0]
       valid = jnp.take_along_axis(draft.valid, index[:, None], 1)[:, 0]
@@ -209,7 +218,7 @@ def _sibling_rule(draft: Draft, p, tree: Tree, key, rows, base) -> Verdict:
     residual = jnp.where(moved[:, None], jnp.take_along_axis(p, node[:, None, None], 1)[:, 0], residual)
     path = path.at[:, depth - 1].set(jnp.where(moved, node, 0))
     going = going & moved
-  num = jnp.asarray(tree.depths)[node]
+  num = _at(tree.depths, node)
   y = _categorical(key, rows, base + num + 1, residual)
   return Verdict(num_accepted=num, path=path, next_token=y)
 
@@ -223,11 +232,11 @@ class Truncation:
   top_k: jax.Array = struct.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
   top_p: jax.Array = struct.field(default_factory=lambda: jnp.asarray(1.0, jnp.float32))
 
-  def check(self, tree: Tree, sampling) -> None:
+  def check(self, tree: Tree | DynamicTree, sampling) -> None:
     _in_range("Truncation.top_k", self.top_k, 0, np.inf)
     _in_range("Truncation.top_p", self.top_p, 1e-30, 1.0)
 
-  def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
+  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
     batch, width, vocab = logits.shape
     support = Sampling(temperature=jnp.ones((batch * width,), jnp.float32),
                        top_k=jnp.broadcast_to(self.top_k, (batch * width,)).astype(jnp.int32),
@@ -239,7 +248,7 @@ class Truncation:
 
     def next_from(best):
       at = jnp.take_along_axis(p, best[:, None, None], 1)[:, 0]
-      num = jnp.asarray(tree.depths)[best]
+      num = _at(tree.depths, best)
       return _categorical(key, rows, base + num + 1, at)
 
     return _deepest(ok, tree, next_from)
@@ -255,14 +264,14 @@ class Collaborative:
   weight: jax.Array = struct.field(default_factory=lambda: jnp.asarray(0.5, jnp.float32))
   max_overshoot: jax.Array = struct.field(default_factory=lambda: jnp.asarray(2.0, jnp.float32))
 
-  def check(self, tree: Tree, sampling) -> None:
+  def check(self, tree: Tree | DynamicTree, sampling) -> None:
     if not tree.is_chain:
       raise ValueError(f"Collaborative verification needs a chain drafter, got a tree of "
                        f"{tree.size} nodes")
     _in_range("Collaborative.weight", self.weight, 0.0, 1.0)
     _in_range("Collaborative.max_overshoot", self.max_overshoot, 1.0, np.inf)
 
-  def __call__(self, draft: Draft, logits, tree: Tree, sampling, key, rows, base):
+  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
     p = target_probs(logits, sampling)
     q = draft.probs
     if q is None:

@@ -236,7 +236,7 @@ def test_entmtp_switch_follows_the_running_entropy(trained):
   drafter = EntropyTrees(params, (((0,), (0, 0), (0, 0, 0)), ((0,), (0, 0), (1,)), ((0,), (1,), (2,))),
                          thresholds=(0.5, 1.5), decay=0.5)
   assert [b.tree.max_depth for b in drafter.variants()] == [3, 2, 1]
-  state = drafter.init(jnp.zeros((1, 3), jnp.int32), jnp.array([3]), 16)
+  state = drafter.init(jnp.zeros((1, 3), jnp.int32), jnp.array([3]), 16, None)
   picks = [int(drafter.pick(state))]
   # Committed tokens' entropies (log of the support size), a step at a time: calm, then a burst.
   for entropies, count in [([0.0, 0.0, 0.0], 3), ([np.log(8)] * 3, 1), ([np.log(8)] * 3, 3),
