@@ -42,10 +42,9 @@ def _norm(x, weight, config: ModelConfig):
   return rms_norm(x, weight, config.rms_norm_eps, config.norm_unit_offset)
 
 
-def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
-  """One pre-norm block (plus Gemma's norms on the attention / MLP outputs with `post_norms`).
-  `kv` = (k_all, v_all, layer, start) when a cache is used."""
-  h = _norm(x, p["attn_norm"], config)
+def project_qkv(h, p, cos, sin, config: ModelConfig):
+  """Normed input h[B, T, D_in] -> RoPE'd q[B, T, H, hd], k, v[B, T, K, hd] with layer params p
+  (D_in may differ from hidden_size: EAGLE-3's draft layer reads 2 x hidden_size)."""
   q = jnp.einsum("btd,dhk->bthk", h, p["wq"])
   k = jnp.einsum("btd,dhk->bthk", h, p["wk"])
   v = jnp.einsum("btd,dhk->bthk", h, p["wv"])
@@ -53,7 +52,13 @@ def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
     q, k, v = q + lead(p["bq"], q), k + lead(p["bk"], k), v + lead(p["bv"], v)
   if config.qk_norm:
     q, k = _norm(q, p["q_norm"], config), _norm(k, p["k_norm"], config)
-  q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+  return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
+  """One pre-norm block (plus Gemma's norms on the attention / MLP outputs with `post_norms`).
+  `kv` = (k_all, v_all, layer, start) when a cache is used."""
+  q, k, v = project_qkv(_norm(x, p["attn_norm"], config), p, cos, sin, config)
   if kv is not None:
     k_all, v_all, layer, start = kv
     k_all = write_layer(k_all, layer, k, start)

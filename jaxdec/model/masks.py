@@ -82,7 +82,9 @@ class MaskSpec:
   """Visibility for one forward: queries q_positions i32[B, T] against key slots holding
   kv_positions i32[B, S]; slots >= kv_length i32[B] are hidden. With `tree` bool[B or 1, T, T],
   the T keys written by this forward at slots [start, start + T) are visible to query i
-  iff tree[i, j], instead of by the pattern. `window` (a query sees keys fewer than `window`
+  iff tree[i, j], instead of by the pattern; a `tree` bool[B or 1, T, W] of another width W
+  covers the W slots [start, start + W) (a drafter growing a tree over several forwards: the
+  nodes written earlier sit in those slots too). `window` (a query sees keys fewer than `window`
   positions back) is a Python int when every layer shares it, or a traced i32[] that the layer
   scan sets per layer (Gemma's sliding and full-attention layers). `hidden_keys` bool[B, T]
   marks this forward's masks: only a query at the same position sees them, and the other tokens
@@ -107,10 +109,11 @@ class MaskSpec:
     rel = slots - self.start[:, None]  # [B, S]: index into this forward's tokens, valid in [0, T).
     in_block = (rel >= 0) & (rel < steps)
     if self.tree is not None:
-      tree = jnp.broadcast_to(self.tree, (q.shape[0], steps, steps))
-      index = jnp.broadcast_to(jnp.clip(rel, 0, steps - 1)[:, None, :], visible.shape)
+      width = self.tree.shape[-1]
+      tree = jnp.broadcast_to(self.tree, (q.shape[0], steps, width))
+      index = jnp.broadcast_to(jnp.clip(rel, 0, width - 1)[:, None, :], visible.shape)
       from_tree = jnp.take_along_axis(tree, index, axis=2)
-      visible = jnp.where(in_block[:, None, :], from_tree, visible)
+      visible = jnp.where(((rel >= 0) & (rel < width))[:, None, :], from_tree, visible)
     if self.hidden_keys is not None:
       hidden = in_block & jnp.take_along_axis(self.hidden_keys, jnp.clip(rel, 0, steps - 1), axis=1)
       given_query = ~self.hidden_keys[:, :, None]

@@ -6,6 +6,7 @@ Drafters implement `Drafter` (one file each), verifiers implement `Verifier` (ve
 
 from jaxdec.spec.adapld import AdaPLD
 from jaxdec.spec.draft_model import DraftModel
+from jaxdec.spec.eagle import Eagle3
 from jaxdec.spec.heads import Heads
 from jaxdec.spec.kforcing import KForcing, PushForward
 from jaxdec.spec.drafter import Context, Drafter, Feedback
@@ -16,5 +17,6 @@ from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation,
                                 Verifier)
 
 __all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
-           "PromptLookup", "AdaPLD", "Heads", "KForcing", "PushForward", "Tree", "DynamicTree", "Topology", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
+           "PromptLookup", "AdaPLD", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
+           "DynamicTree", "Topology", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
            "Truncation", "Collaborative"]

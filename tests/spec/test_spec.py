@@ -190,7 +190,16 @@ def _kforcing(student):
   return spec.KForcing(spec.PushForward(student, noise, num_tokens=3))
 
 
-@pytest.mark.parametrize("which", ["draft_model", "prompt_lookup", "adapld", "heads", "kforcing"])
+def _eagle(target):
+  """An untrained EAGLE-3 drafter (from the target's last layer) growing dynamic trees."""
+  from jaxdec.train.eagle import Eagle3Drafter
+
+  part = Eagle3Drafter(top_k=3, depth=2, size=5)
+  return part.to_drafter(part.init(jax.random.key(0), target), target)
+
+
+@pytest.mark.parametrize("which", ["draft_model", "prompt_lookup", "adapld", "heads", "kforcing",
+                                   "eagle_dynamic_tree"])
 def test_exact_matches_ar_sampling_in_distribution(small, which):
   target, other, prompt = small
   sampling = jaxdec.Sampling.create(temperature=1.0, top_k=8, top_p=0.95)
@@ -198,7 +207,8 @@ def test_exact_matches_ar_sampling_in_distribution(small, which):
              "prompt_lookup": lambda: spec.PromptLookup(3, 3),
              "adapld": lambda: spec.AdaPLD(max_ngram=3, min_ngram=1, depth=2, branches=3),
              "heads": lambda: _heads(target),
-             "kforcing": lambda: _kforcing(other)}[which]()
+             "kforcing": lambda: _kforcing(other),
+             "eagle_dynamic_tree": lambda: _eagle(target)}[which]()
   out = jaxdec.speculative_generate(target, [prompt] * N_SAMPLES, drafter, spec.Exact(),
                                     max_new_tokens=3, sampling=sampling, key=jax.random.key(0))
   accepted = np.asarray(out.stats["accepted"][:, 0])
