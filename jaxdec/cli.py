@@ -209,12 +209,14 @@ def _drafter(args):
 
   name = args.drafter or "lookup"
   knobs = {"lookup": ("num_tokens", "max_ngram"), "adapld": ("num_tokens", "max_ngram", "branches"),
-           "draft": ("num_tokens",), "heads": (), "kforcing": ()}
-  kind = name.split(":", 1)[0] if name.startswith(("draft:", "heads:", "kforcing:")) else name
+           "draft": ("num_tokens",), "heads": (), "kforcing": (), "eagle": ()}
+  kind = (name.split(":", 1)[0] if name.startswith(("draft:", "heads:", "kforcing:", "eagle:"))
+          else name)
   if kind not in knobs:
     raise ValueError(f"--drafter must be lookup, adapld, draft:MODEL (e.g. draft:zoo:pycode-draft), "
-                     f"heads:DRAFTER (e.g. heads:zoo:pycode-mtp) or kforcing:STUDENT (e.g. "
-                     f"kforcing:zoo:gsm-kforcing), got {name!r}")
+                     f"heads:DRAFTER (e.g. heads:zoo:pycode-mtp), kforcing:STUDENT (e.g. "
+                     f"kforcing:zoo:gsm-kforcing) or eagle:DRAFTER (e.g. eagle:zoo:pycode-eagle3), "
+                     f"got {name!r}")
   for dest in _given(args, ("num_tokens", "max_ngram", "branches")):
     if dest not in knobs[kind]:
       raise ValueError(f"{_flag(dest)} does not act on --drafter {name}")
@@ -228,13 +230,16 @@ def _drafter(args):
   if not path:
     example = {"draft": "the draft model, e.g. draft:zoo:pycode-draft",
                "heads": "the heads' directory, e.g. heads:zoo:pycode-mtp",
-               "kforcing": "the student's directory, e.g. kforcing:zoo:gsm-kforcing"}[kind]
+               "kforcing": "the student's directory, e.g. kforcing:zoo:gsm-kforcing",
+               "eagle": "the drafter's directory, e.g. eagle:zoo:pycode-eagle3"}[kind]
     raise ValueError(f"--drafter {kind}:... needs {example}")
-  if kind in ("heads", "kforcing"):
+  if kind in ("heads", "kforcing", "eagle"):
     drafter = jaxdec.load_drafter(path)
-    if not isinstance(drafter, spec.KForcing if kind == "kforcing" else spec.Heads):
+    wanted, what = {"heads": (spec.Heads, "Medusa heads"), "kforcing": (spec.KForcing, "a K-Forcing student"),
+                    "eagle": (spec.Eagle3, "an EAGLE-3 drafter")}[kind]
+    if not isinstance(drafter, wanted):
       raise ValueError(f"--drafter {name}: {path} holds a {type(drafter).__name__} drafter, "
-                       f"not {'a K-Forcing student' if kind == 'kforcing' else 'Medusa heads'}")
+                       f"not {what}")
     return drafter
   num_tokens = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
   return spec.DraftModel(jaxdec.load(path), **num_tokens)
@@ -549,6 +554,12 @@ def _cmd_bench(args) -> int:
     kforcing.run(args.model, args.student, batch_sizes=tuple(args.batch_sizes),
                  new_tokens=args.new_tokens, repeats=args.repeats, out=args.out,
                  task=None if args.task == "code" else args.task)
+  elif args.suite == "eagle":
+    from jaxdec.bench import eagle
+
+    eagle.run(args.task, steps=args.steps, seeds=args.seeds, depth=args.depth,
+              num_prompts=args.prompts, workdir=args.workdir, only=args.only, out=args.out,
+              plot=args.plot)
   else:
     from jaxdec.bench import diffusion
 
@@ -713,8 +724,29 @@ def _add_kforcing_bench(suites):
   return kf
 
 
+def _add_eagle_bench(suites):
+  """`jaxdec bench eagle`'s parser."""
+  ea = suites.add_parser("eagle", help="EAGLE-3 studies: VAT vs the plain loss over seeds, and "
+                                       "KVShot's hidden / KV / hybrid drafters' acceptance by depth "
+                                       "(trains every drafter, resumably)")
+  ea.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
+                  help="the zoo target and recipe: gsm-ar with zoo:gsm-eagle3, or pycode-ar with "
+                       "zoo:pycode-eagle3")
+  ea.add_argument("--steps", type=int, help="training steps per drafter (left out: the recipe's)")
+  ea.add_argument("--seeds", type=int, default=3, help="seeds of VAT and of the plain loss")
+  ea.add_argument("--depth", type=int, default=8, help="the chain measured, depths 1..DEPTH")
+  ea.add_argument("--prompts", type=int, default=8, help="test prompts decoded")
+  ea.add_argument("--workdir", default="runs/eagle-study", help="the drafters' training runs")
+  ea.add_argument("--only", help="only the drafters whose name contains this, e.g. VAT or KV")
+  ea.add_argument("--out", default="bench_results/eagle.json", help="JSON output path")
+  ea.add_argument("--plot", action="store_true",
+                  help="also write OUT_depth.png: acceptance rate per depth of each drafter "
+                       "(needs matplotlib: " + _PLOT_EXTRA + ")")
+  return ea
+
+
 def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion | kforcing`."""
+  """`jaxdec bench ar | spec | diffusion | kforcing | eagle`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
@@ -780,7 +812,8 @@ def _add_bench_parser(sub) -> None:
                        "and OUT_tokens_per_forward.png next to --out (needs matplotlib: "
                        + _PLOT_EXTRA + ")")
   kf = _add_kforcing_bench(suites)
-  for suite in (ar, sp, df, kf):
+  ea = _add_eagle_bench(suites)
+  for suite in (ar, sp, df, kf, ea):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 
@@ -820,14 +853,16 @@ def _add_speculative_flags(gen) -> None:
   speculative = gen.add_argument_group(
       "speculative decoding (any of these implies --method speculative)")
   speculative.add_argument("--drafter",
-                           metavar="{lookup,adapld,draft:MODEL,heads:DRAFTER,kforcing:STUDENT}",
+                           metavar="{lookup,adapld,draft:MODEL,heads:DRAFTER,kforcing:STUDENT,eagle:DRAFTER}",
                            help="lookup (prompt lookup), adapld (lookup with a semantic "
                                 "fallback, tree drafts), draft:MODEL, a small AR model with "
                                 "the target's tokenizer (e.g. draft:zoo:pycode-draft), "
                                 "heads:DRAFTER, trained Medusa heads with their tree (e.g. "
-                                "heads:zoo:pycode-mtp), or kforcing:STUDENT, a K-Forcing "
+                                "heads:zoo:pycode-mtp), kforcing:STUDENT, a K-Forcing "
                                 "student drafting k tokens in one forward (e.g. "
-                                "kforcing:zoo:gsm-kforcing); left out: lookup")
+                                "kforcing:zoo:gsm-kforcing), or eagle:DRAFTER, an EAGLE-3 "
+                                "feature drafter growing dynamic trees (e.g. "
+                                "eagle:zoo:pycode-eagle3); left out: lookup")
   speculative.add_argument("--num-tokens", type=_positive_int,
                            help="draft tokens a step (adapld: a branch's depth); left out: the "
                                 "drafter's default (lookup 6, draft 4, adapld 4)")

@@ -89,6 +89,10 @@ def _gsm_methods() -> dict[str, Callable]:
         ar, p, spec.KForcing(student), max_new_tokens=gen)
     found["K-Forcing alone, 4 tokens/forward, lossy (gsm-kforcing)"] = (
         lambda p: jaxdec.push_forward_generate(student, p, gen))
+  if "gsm-eagle3" in installed:
+    eagle = jaxdec.load_drafter("zoo:gsm-eagle3")
+    found["speculative, EAGLE-3 dynamic tree (gsm-eagle3)"] = lambda p: jaxdec.speculative_generate(
+        ar, p, eagle, max_new_tokens=gen)
   if "gsm-dlm" in installed:
     dlm = jaxdec.load("zoo:gsm-dlm")
     found["diffusion threshold 0.9 + dual cache (gsm-dlm)"] = lambda p: jaxdec.diffusion_generate(

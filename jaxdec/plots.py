@@ -121,6 +121,28 @@ def acceptance_histograms(histograms: dict[str, Sequence[int]], *, title: str):
   return fig
 
 
+def acceptance_by_depth(curves: dict[str, Sequence[float]], *, title: str,
+                        spread: dict[str, Sequence[float]] | None = None):
+  """Conditional acceptance rate at each draft depth (accepted at depth d given accepted up to
+  d - 1), one line per drafter; `spread[name]` draws +- that much around its line."""
+  if not curves:
+    raise ValueError("acceptance_by_depth needs at least one drafter's curve, got none")
+  fig, axes = figure(4.0)
+  ax = axes[0, 0]
+  for name, curve in curves.items():
+    depth = np.arange(1, len(curve) + 1)
+    line, = ax.plot(depth, curve, marker="o", linewidth=1.2, label=name)
+    if spread and name in spread:
+      ax.fill_between(depth, np.subtract(curve, spread[name]), np.add(curve, spread[name]),
+                      color=line.get_color(), alpha=0.2)
+  ax.set_xlabel("draft depth")
+  ax.set_ylabel("acceptance rate given the earlier drafts accepted")
+  ax.set_ylim(0, 1.02)
+  ax.legend(fontsize=8)
+  fig.suptitle(_wrap(title), fontsize=10)
+  return fig
+
+
 def tokens_per_forward_curves(curves: dict[str, Sequence[float]],
                               rows: dict[str, Sequence[int]], *, gen_length: int, title: str):
   """Diffusion decoding speed over a run, one line per configuration.

@@ -12,9 +12,10 @@ from jaxdec.train.trainer import TrainConfig
 
 def test_every_zoo_recipe_loads_by_name_and_by_path():
   assert configs.available() == ["zoo:gsm-ar", "zoo:gsm-dlm", "zoo:gsm-dlm-confidence",
-                                 "zoo:gsm-dlm-refine", "zoo:gsm-draft", "zoo:gsm-kforcing", "zoo:gsm-mtp",
-                                 "zoo:pycode-ar", "zoo:pycode-dlm", "zoo:pycode-dlm-refine",
-                                 "zoo:pycode-draft", "zoo:pycode-mtp"]
+                                 "zoo:gsm-dlm-refine", "zoo:gsm-draft", "zoo:gsm-eagle3",
+                                 "zoo:gsm-kforcing", "zoo:gsm-mtp", "zoo:pycode-ar",
+                                 "zoo:pycode-dlm", "zoo:pycode-dlm-refine", "zoo:pycode-draft",
+                                 "zoo:pycode-eagle3", "zoo:pycode-mtp"]
   for name in configs.available():
     cfg = configs.load_config(name)
     assert isinstance(cfg, TrainConfig)

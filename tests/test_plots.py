@@ -172,3 +172,18 @@ def test_ar_figure_draws_one_bar_per_batch_size(tmp_path):
   assert [b.get_width() for b in ax.containers[0]] == [3.5, 1.25]
   assert "transformers generate" in ax.get_xlabel()
   assert_png(plots.save(fig, str(tmp_path / "ar_speedup.png")), fig)
+
+
+def test_eagle_figure_draws_one_acceptance_curve_per_drafter(tmp_path):
+  from jaxdec.bench import eagle
+
+  record = {"target": "zoo:gsm-ar", "depth": 3, "prompts": 2, "task": "gsm-synth", "rows": [
+      {"drafter": "plain: mean +- std over 2 seeds", "seed": None, "reuse": "hidden",
+       "acceptance by depth": [0.9, 0.8, 0.7]},
+      {"drafter": "plain seed 0", "seed": 0, "reuse": "hidden", "acceptance by depth": [0.9, 0.8, 0.6]},
+      {"drafter": "KV only seed 0", "seed": 0, "reuse": "kv", "acceptance by depth": [0.5, 0.6, 0.7]}]}
+  fig = eagle.figures(record)["depth"]
+  lines = fig.axes[0].get_lines()
+  assert [list(l.get_ydata()) for l in lines] == [[0.9, 0.8, 0.7], [0.5, 0.6, 0.7]]
+  fig.savefig(tmp_path / "depth.png", dpi=plots.DPI)
+  assert_png(tmp_path / "depth.png", fig)

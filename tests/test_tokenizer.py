@@ -51,11 +51,12 @@ def test_transformers_autotokenizer_adds_the_same_bos(tokenizer, tmp_path):
 @pytest.mark.skipif(not zoo.available(), reason="the zoo is not shipped in this checkout")
 def test_shipped_zoo_tokenizers_follow_the_rule():
   texts, _ = corpus.read_texts(corpus.stdlib_split("validation")[:20])
+  from jaxdec.convert.eagle3 import is_eagle3_dir
   from jaxdec.convert.medusa import is_medusa_dir
 
   for name in zoo.available():
-    if is_medusa_dir(zoo.resolve(name)):  # A drafter's heads use their target's tokenizer.
-      continue
+    if is_medusa_dir(zoo.resolve(name)) or is_eagle3_dir(zoo.resolve(name)):
+      continue  # Heads and EAGLE-3 layers use their target's tokenizer.
     tok = jaxdec.load_tokenizer(f"zoo:{name}")
     backend = HFTokenizer.from_file(f"{zoo.resolve(name)}/tokenizer.json")
     for text in texts + TEXTS:

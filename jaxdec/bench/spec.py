@@ -26,7 +26,8 @@ from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
 
 
-def _jaxdec_methods(draft, num_tokens, heads_path: str | None, student_path: str | None = None):
+def _jaxdec_methods(draft, num_tokens, heads_path: str | None, student_path: str | None = None,
+                    eagle_path: str | None = None):
   methods = {"jaxdec greedy AR": None}
   for k in num_tokens:
     methods[f"jaxdec draft model k={k}"] = spec.DraftModel(draft, k)
@@ -43,6 +44,13 @@ def _jaxdec_methods(draft, num_tokens, heads_path: str | None, student_path: str
   if student_path is not None:
     student = jaxdec.load_drafter(student_path)
     methods[f"jaxdec K-Forcing drafter (k={student.student.num_tokens}, one forward)"] = student
+  if eagle_path is not None:  # The shipped dynamic tree, a chain as deep, a static tree.
+    eagle = jaxdec.load_drafter(eagle_path)
+    methods[f"jaxdec EAGLE-3 chain (k={eagle.depth})"] = eagle.with_tree(top_k=1)
+    methods[f"jaxdec EAGLE-3 static tree ({len(EAGLE_STATIC_TREE)} nodes)"] = eagle.with_tree(
+        choices=EAGLE_STATIC_TREE)
+    methods[f"jaxdec EAGLE-3 dynamic tree (top-{eagle.top_k}, depth {eagle.depth}, "
+            f"{eagle.size} nodes)"] = eagle
   return methods
 
 
@@ -136,7 +144,17 @@ _DEFAULTS = {None: ("zoo:pycode-ar", "zoo:pycode-draft", 64),
              "gsm-synth": ("zoo:gsm-ar", "zoo:gsm-draft", gsm_synth.GEN_LENGTH)}
 _HEADS = {"zoo:pycode-ar": "zoo:pycode-mtp", "zoo:gsm-ar": "zoo:gsm-mtp"}  # Shipped heads.
 _STUDENTS = {"zoo:gsm-ar": "zoo:gsm-kforcing"}  # Shipped K-Forcing students.
+_EAGLES = {"zoo:pycode-ar": "zoo:pycode-eagle3", "zoo:gsm-ar": "zoo:gsm-eagle3"}
+# A static EAGLE tree of 12 nodes (rank paths): the top-1 chain to depth 6 with second choices
+# near the root, where a small drafter is least sure.
+EAGLE_STATIC_TREE = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0),
+                     (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))
 HEAD_TREE_SIZES = (8, 16)
+
+
+def _shipped(name: str | None) -> str | None:
+  """A 'zoo:NAME' when that model is installed, else None."""
+  return name if name is not None and name[len("zoo:"):] in zoo.available() else None
 
 
 def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
@@ -171,11 +189,9 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
     heads_path = _HEADS.get(target_path)
     if heads_path is not None and heads_path[len("zoo:"):] not in zoo.available():
       heads_path = None
-  student_path = _STUDENTS.get(target_path)
-  if student_path is not None and student_path[len("zoo:"):] not in zoo.available():
-    student_path = None
+  student_path, eagle_path = (_shipped(table.get(target_path)) for table in (_STUDENTS, _EAGLES))
   drafters = _jaxdec_methods(draft, num_tokens, None if heads_path == "none" else heads_path,
-                             student_path)
+                             student_path, eagle_path)
   fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
          for name, d in drafters.items()}
   tmp = tempfile.TemporaryDirectory()
@@ -236,3 +252,6 @@ DEMO_METHODS = {
 if "pycode-mtp" in zoo.available():
   DEMO_METHODS["speculative: Medusa heads (pycode-ar + pycode-mtp)"] = _demo(
       lambda m: jaxdec.load_drafter("zoo:pycode-mtp"))
+if "pycode-eagle3" in zoo.available():
+  DEMO_METHODS["speculative: EAGLE-3, dynamic tree (pycode-ar + pycode-eagle3)"] = _demo(
+      lambda m: jaxdec.load_drafter("zoo:pycode-eagle3"))

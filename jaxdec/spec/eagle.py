@@ -216,7 +216,8 @@ class Eagle3(Drafter):
 
   @property
   def forwards(self) -> int:
-    return self.tree.max_depth
+    """The root pair's forward, then one per expanded level."""
+    return self.depth if self.choices is None else self.tree.max_depth
 
   def with_tree(self, top_k: int | None = None, depth: int | None = None,
                 size: int | None = None, choices=None) -> "Eagle3":

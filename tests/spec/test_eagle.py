@@ -201,3 +201,10 @@ def test_bad_layers_and_vocabulary_maps_raise(target, trained):
     jaxdec.speculative_generate(target, [[3, 4]], drafter.replace(layers=(1, 2, 7)), max_new_tokens=4)
   with pytest.raises(ValueError, match="size=99 exceeds"):
     drafter.with_tree(top_k=2, depth=3, size=99)
+
+
+def test_acceptance_by_depth_reads_the_accepted_counts():
+  from jaxdec.bench.eagle import depth_acceptance
+
+  accepted = np.array([[3, 0, 8, -1], [1, 2, -1, -1]])  # -1: no step.
+  assert depth_acceptance(accepted, 8) == [0.8, 0.75, round(2 / 3, 4), 0.5, 1.0, 1.0, 1.0, 1.0]

@@ -21,7 +21,8 @@ SAMPLE = 16  # Test problems per check (the note's figures are on 200 per split)
 # decoding; the margin covers float differences across platforms). See MEASURED.
 FLOORS = {"gsm-ar": 13 / 16, "gsm-dlm LLaDA + dual": 10 / 16,
           "gsm-dlm threshold 0.9 + dual": 5 / 16, "gsm-mtp tau": 2.0, "gsm-kforcing tau": 3.0,
-          "gsm-kforcing first forward right": 14 / 16}
+          "gsm-kforcing first forward right": 14 / 16, "gsm-eagle3 chain tau": 6.0,
+          "gsm-eagle3 dynamic tau": 6.0}
 # The shipped weights on the sample (x86 CPU, JAX 0.10.2).
 MEASURED = {"gsm-ar": 15 / 16, "gsm-dlm LLaDA + dual": 12 / 16,
             "gsm-dlm threshold 0.9 + dual": 7 / 16}
@@ -134,6 +135,22 @@ def test_gsm_kforcing_drafts_losslessly_and_decodes_alone(ar, tokenizer, problem
   greedy = jaxdec.generate(ar, prompts, max_new_tokens=8).tokens
   same = np.all(np.asarray(alone.tokens[:, :4]) == np.asarray(greedy[:, :4]), axis=1)
   assert same.sum() >= FLOORS["gsm-kforcing first forward right"] * len(problems)
+
+
+@needs("gsm-eagle3")
+def test_gsm_eagle3_drafts_losslessly_with_chains_and_dynamic_trees(ar, tokenizer, problems):
+  """The shipped EAGLE-3 drafter (its embedding and LM head read from gsm-ar) is lossless with a
+  chain and with its dynamic tree, and drafts deep: its acceptance per depth (simulated at
+  export) is high, so a chain of 8 emits > 6 tokens per target forward."""
+  drafter = jaxdec.load_drafter("zoo:gsm-eagle3")
+  assert isinstance(drafter, spec.Eagle3) and drafter.top_k > 1
+  prompts = [tokenizer.encode(p.prompt) for p in problems[:4]]
+  ref = jaxdec.generate(ar, prompts, max_new_tokens=GEN)
+  for shape, d in (("chain", drafter.with_tree(top_k=1, depth=8)), ("dynamic", drafter)):
+    out = jaxdec.speculative_generate(ar, prompts, d, max_new_tokens=GEN)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    tau = float(np.sum(out.lengths) / np.sum(out.stats["target_forwards"]))
+    assert tau > FLOORS[f"gsm-eagle3 {shape} tau"], (shape, tau)
 
 
 @needs("gsm-kforcing")

@@ -88,6 +88,9 @@ def test_metadata_records_the_recipe():
       assert meta["eval"]["choices"] and meta["eval"]["expected_tau"] > 1
       assert 0 < np.asarray(meta["eval"]["head_accuracy"]).sum(1).max() <= 1
       continue
+    if name.endswith("-eagle3"):  # An EAGLE-3 layer: its simulated acceptance by depth.
+      assert meta["eval"]["sim_tau"] > 1 and 0 < min(meta["eval"]["alpha"]) <= 1
+      continue
     if name.endswith("-kforcing"):  # A student: its next-token loss beside its teacher's.
       assert abs(meta["eval"]["student_nll"] - meta["eval"]["teacher_nll"]) < 0.05
       continue
@@ -166,6 +169,17 @@ def test_pycode_mtp_heads_predict_and_speculate_losslessly(target, prompts):
     np.testing.assert_array_equal(out.lengths, ref.lengths)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
   assert float(np.mean(out.stats["acceptance_length"])) > 1.5
+
+
+@pytest.mark.skipif("pycode-eagle3" not in zoo.available(), reason="zoo:pycode-eagle3 not installed")
+def test_pycode_eagle3_drafts_losslessly_with_its_dynamic_tree(target, prompts):
+  drafter = jaxdec.load_drafter("zoo:pycode-eagle3")
+  for batch in (prompts[:1], prompts):
+    ref = jaxdec.generate(target, batch, max_new_tokens=48)
+    out = jaxdec.speculative_generate(target, batch, drafter, max_new_tokens=48)
+    np.testing.assert_array_equal(out.lengths, ref.lengths)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert float(np.mean(out.stats["acceptance_length"])) > 2.0
 
 
 def test_demo_runs(capsys):
