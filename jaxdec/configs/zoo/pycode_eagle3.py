@@ -4,7 +4,8 @@ target's generations): 4096 rows of 128 corpus tokens + 128 sampled at temperatu
 
 One draft layer over the fused inputs of pycode-ar's layers 1, 2 and 3 (`spec.eagle.default_layers`
 for a 4-layer target), 5 unrolled steps weighted 0.8^j. The export holds the layer, fc and norm in
-EAGLE-3's layout without an LM head or embedding (both are pycode-ar's, read from the base model):
+EAGLE-3's layout without an LM head or embedding (both are pycode-ar's, read from the base model),
+with the dynamic tree it grows by default: top-3 expansion, 4 deep, 8 nodes:
 
   jaxdec train --config zoo:pycode-eagle3 --export DIR
 """
@@ -18,7 +19,7 @@ DATA = TeacherSamples(teacher="zoo:pycode-ar", count=4096, prompt_len=128, gen_l
 
 
 def get_config() -> TrainConfig:
-  return TrainConfig(name="pycode-eagle3", part=Eagle3Drafter(top_k=4, depth=5, size=12),
+  return TrainConfig(name="pycode-eagle3", part=Eagle3Drafter(top_k=3, depth=4, size=8),
                      target="zoo:pycode-ar", objective=TrainingTimeTest(steps=5), data=DATA,
                      steps=500, batch_size=8, seq_len=256, learning_rate=2e-3, warmup_steps=30,
                      seed=0, eval_every=250, eval_windows=16, checkpoint_every=100)
