@@ -179,7 +179,7 @@ def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
 
   rows = demo.gsm_section(0)
   models = [r["method"].split("(")[-1].rstrip(")") for r in rows]
-  assert models == [m for m in ("gsm-ar", "gsm-draft", "gsm-mtp", "gsm-kforcing", "gsm-kforcing",
+  assert models == [m for m in ("gsm-ar", "gsm-draft", "gsm-mtp", "gsm-kforcing", "gsm-kforcing", "gsm-eagle3",
                                  "gsm-dlm") if m in INSTALLED]
   answer = gsm_synth.problems("test", 1, 0)[0].answer
   assert all(r["correct"] == (r["answer"] == answer) for r in rows)
