@@ -155,25 +155,8 @@ def read_eagle3(directory: str, target: Model | None = None, dtype=None):
   the target's embedding dtype, float32 without a target). Every tensor must be consumed and
   every shape fit, or ValueError names it."""
   from jaxdec.spec.eagle import Eagle3, default_layers
-  from jaxdec.train.eagle import target_head
 
-  with open(os.path.join(directory, "config.json")) as f:
-    raw = json.load(f)
-  missing = [k for k in REQUIRED if k not in raw]
-  if missing:
-    raise ValueError(f"{directory}: the EAGLE-3 config.json lacks {missing}")
-  path = os.path.join(directory, WEIGHTS)
-  if not os.path.isfile(path):
-    other = [n for n in ("pytorch_model.bin", "model.safetensors.index.json")
-             if os.path.exists(os.path.join(directory, n))]
-    raise FileNotFoundError(f"{directory} holds no {WEIGHTS}" + (
-        f" (it has {other[0]}; jaxdec reads EAGLE-3 weights from a single safetensors file: "
-        f"convert it, e.g. with safetensors.torch.save_file)" if other else ""))
-  tensors = load_file(path)
-  if raw.get("target_hidden_size") not in (None, raw.get("hidden_size")):
-    raise ValueError(f"{directory}: target_hidden_size {raw['target_hidden_size']} differs from "
-                     f"the draft layer's hidden_size {raw['hidden_size']}; jaxdec's EAGLE-3 needs "
-                     f"them equal")
+  raw, tensors = _read_files(directory)
   ours = raw.get("jaxdec") or {}
   reuse = ours.get("reuse", "hidden")
   layers = ours.get("layers")
@@ -192,8 +175,47 @@ def read_eagle3(directory: str, target: Model | None = None, dtype=None):
   config = _draft_layer_config(raw, target, tensors)
   if dtype is None:
     dtype = target.params["embed"].dtype if target is not None else jnp.float32
+  take = _taker(tensors, directory)
+  as_param = lambda x: _param(x, dtype)
   D, V = config.hidden_size, config.vocab_size
-  vocab = int(raw.get("draft_vocab_size", V))
+  layer = {k: as_param(_to_jaxdec(take(f"midlayer.{_LAYER[k]}", file), ours_shape))
+           for k, (ours_shape, file) in _layer_shapes(config).items()}
+  params = {"layer": layer, "norm": as_param(take("norm.weight", (D,)))}
+  if reuse != "kv":
+    params["fc"] = as_param(take("fc.weight", (D, len(layers) * D)).T)
+  draft_ids = _draft_ids(tensors, int(raw.get("draft_vocab_size", V)), V, directory, take)
+  embed, head = _embed_and_head(tensors, take, dtype, target, config, draft_ids, directory)
+  if tensors:
+    raise ValueError(f"{directory}: tensors an EAGLE-3 drafter does not use: {sorted(tensors)}")
+  tree = {k: int(ours[k]) for k in ("top_k", "depth", "size") if ours.get(k) is not None}
+  return Eagle3(params, embed=embed, head=head,
+                draft_ids=None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32),
+                config=config, layers=layers, reuse=reuse, kv_layer=ours.get("kv_layer"), **tree)
+
+
+def _read_files(directory: str) -> tuple[dict, dict]:
+  """(config.json, the tensors of the one safetensors file), checked for what jaxdec needs."""
+  with open(os.path.join(directory, "config.json")) as f:
+    raw = json.load(f)
+  missing = [k for k in REQUIRED if k not in raw]
+  if missing:
+    raise ValueError(f"{directory}: the EAGLE-3 config.json lacks {missing}")
+  path = os.path.join(directory, WEIGHTS)
+  if not os.path.isfile(path):
+    other = [n for n in ("pytorch_model.bin", "model.safetensors.index.json")
+             if os.path.exists(os.path.join(directory, n))]
+    raise FileNotFoundError(f"{directory} holds no {WEIGHTS}" + (
+        f" (it has {other[0]}; jaxdec reads EAGLE-3 weights from a single safetensors file: "
+        f"convert it, e.g. with safetensors.torch.save_file)" if other else ""))
+  if raw.get("target_hidden_size") not in (None, raw.get("hidden_size")):
+    raise ValueError(f"{directory}: target_hidden_size {raw['target_hidden_size']} differs from "
+                     f"the draft layer's hidden_size {raw['hidden_size']}; jaxdec's EAGLE-3 needs "
+                     f"them equal")
+  return raw, load_file(path)
+
+
+def _taker(tensors: dict, directory: str):
+  """take(name, shape): pops a tensor, or ValueError naming the missing name or wrong shape."""
 
   def take(name, shape):
     if name not in tensors:
@@ -204,30 +226,31 @@ def read_eagle3(directory: str, target: Model | None = None, dtype=None):
                        f"expected {tuple(shape)}")
     return x
 
-  as_param = lambda x: jnp.asarray(x.astype(np.float32), dtype)
-  layer = {k: as_param(_to_jaxdec(take(f"midlayer.{_LAYER[k]}", file), ours_shape))
-           for k, (ours_shape, file) in _layer_shapes(config).items()}
-  params = {"layer": layer, "norm": as_param(take("norm.weight", (D,)))}
-  if reuse != "kv":
-    params["fc"] = as_param(take("fc.weight", (D, len(layers) * D)).T)
-  draft_ids = _draft_ids(tensors, vocab, V, directory, take)
+  return take
+
+
+def _param(x: np.ndarray, dtype) -> jax.Array:
+  return jnp.asarray(x.astype(np.float32), dtype)
+
+
+def _embed_and_head(tensors, take, dtype, target, config, draft_ids, directory):
+  """The file's embedding and LM head, each falling back to the target's (the head restricted
+  to the draft vocabulary)."""
+  from jaxdec.train.eagle import target_head
+
+  D, V = config.hidden_size, config.vocab_size
+  vocab = V if draft_ids is None else len(draft_ids)
   if "embed_tokens.weight" in tensors:
-    embed = as_param(take("embed_tokens.weight", (V, D)))
+    embed = _param(take("embed_tokens.weight", (V, D)), dtype)
   else:
     embed = target.params["embed"].astype(dtype)
   if "lm_head.weight" in tensors:
-    head = as_param(take("lm_head.weight", (vocab, D)).T)
-  else:
-    head = target_head(target)
-    if tuple(head.shape) != (D, V):
-      raise ValueError(f"{directory}: the target's LM head is {tuple(head.shape)}, expected {(D, V)}")
-    head = (head if draft_ids is None else head[:, draft_ids]).astype(dtype)
-  if tensors:
-    raise ValueError(f"{directory}: tensors an EAGLE-3 drafter does not use: {sorted(tensors)}")
-  tree = {k: int(ours[k]) for k in ("top_k", "depth", "size") if ours.get(k) is not None}
-  return Eagle3(params, embed=embed, head=head,
-                draft_ids=None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32),
-                config=config, layers=layers, reuse=reuse, kv_layer=ours.get("kv_layer"), **tree)
+    return embed, _param(take("lm_head.weight", (vocab, D)).T, dtype)
+  head = target_head(target)
+  if tuple(head.shape) != (D, V):
+    raise ValueError(f"{directory}: the target's LM head is {tuple(head.shape)}, expected {(D, V)}")
+  head = head if draft_ids is None else head[:, draft_ids]
+  return embed, head.astype(dtype)
 
 
 def _draft_ids(tensors: dict, vocab: int, target_vocab: int, directory: str, take):
