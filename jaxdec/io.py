@@ -6,6 +6,7 @@ importing the jitted API.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -27,12 +28,14 @@ def resolve(path: str) -> str:
   return zoo.resolve(path) if path.startswith("zoo:") else path
 
 
-def load(path: str, dtype=None) -> Model:
+def load(path: str, dtype=None, attention: str = "xla") -> Model:
   """Load a model from 'zoo:NAME', a Hugging Face checkpoint dir (Llama, Qwen2/3, Mistral, Gemma 2,
   Gemma 3 text, LLaDA, Dream), or an orbax dir (`save`).
 
   `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept, except
-  for zoo models: stored in float16, they load in float32 (faster on CPU).
+  for zoo models: stored in float16, they load in float32 (faster on CPU). `attention` is the
+  backend every forward of the model uses: "xla" (dense masks) or "pallas" (jaxdec's masked
+  flash-attention kernel; interpret mode off GPU/TPU).
   """
   directory = resolve(path)
   if dtype is None and os.fspath(path).startswith("zoo:"):
@@ -43,11 +46,17 @@ def load(path: str, dtype=None) -> Model:
     model = load_orbax(directory)
     if dtype is not None:
       model = model.replace(params=jax.tree.map(lambda x: x.astype(dtype), model.params))
-    return model
-  if os.path.exists(os.path.join(directory, "config.json")):
-    return load_hf(directory, dtype=dtype)
-  raise ValueError(f"{directory} holds neither config.json (Hugging Face) nor "
-                   f"jaxdec_config.json (orbax)")
+  elif os.path.exists(os.path.join(directory, "config.json")):
+    model = load_hf(directory, dtype=dtype)
+  else:
+    raise ValueError(f"{directory} holds neither config.json (Hugging Face) nor "
+                     f"jaxdec_config.json (orbax)")
+  return with_attention(model, attention)
+
+
+def with_attention(model: Model, backend: str) -> Model:
+  """The same model running attention on `backend` ("xla" or "pallas")."""
+  return model.replace(config=dataclasses.replace(model.config, attention_backend=backend))
 
 
 def as_model(model, what: str = "model") -> Model:

@@ -1,7 +1,8 @@
 """Grouped-query attention over a structured mask (`MaskSpec`).
 
-`backend` selects the implementation: "xla" materialises the dense mask inside; a Pallas kernel
-plugs in here and reads the mask's structure to skip blocks.
+`backend` selects the implementation: "xla" materialises the dense mask inside; "pallas" runs
+`pallas_kernels.masked_attention`, which evaluates the mask tile by tile from its structure and
+skips tiles no query can see (compiled on GPU and TPU, interpret mode elsewhere).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 
 from jaxdec.model.masks import MaskSpec
 
-BACKENDS = ("xla",)
+BACKENDS = ("xla", "pallas")
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: MaskSpec,
@@ -26,6 +27,10 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: MaskSpec,
   """
   if backend not in BACKENDS:
     raise ValueError(f"unknown attention backend {backend!r}; available: {BACKENDS}")
+  if backend == "pallas":
+    from pallas_kernels.masked_attention import masked_attention
+
+    return masked_attention(q, k, v, mask, scale=scale, softcap=softcap)
   batch, steps, heads, head_dim = q.shape
   kv_heads = k.shape[2]
   scale = head_dim ** -0.5 if scale is None else scale

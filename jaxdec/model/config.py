@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxdec.model.attention import BACKENDS
 from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, pattern_from_dict, pattern_to_dict
 
 ROPE_KINDS = ("linear", "llama3")
@@ -71,6 +72,9 @@ class ModelConfig:
   final_logit_softcap: float | None = None  # Gemma: logits -> cap * tanh(logits / cap).
   # Who sees whom: Causal() (AR models), Bidirectional() (LLaDA, Dream), BlockCausal(n).
   attention: Causal | Bidirectional | BlockCausal = Causal()
+  # How attention runs: "xla" (dense mask, the default) or "pallas" (`pallas_kernels`' masked
+  # flash attention; interpret mode off GPU/TPU). A runtime choice: not written by `to_dict`.
+  attention_backend: str = "xla"
   shifted_logits: bool = False  # Dream: the logits at position i predict token i + 1.
   architecture: str = "llama"  # HF `model_type` used when exporting.
   bos_token_id: int | None = None
@@ -92,6 +96,9 @@ class ModelConfig:
     if not isinstance(self.attention, (Causal, Bidirectional, BlockCausal)):
       raise TypeError(f"ModelConfig.attention must be Causal(), Bidirectional() or "
                       f"BlockCausal(block_size), got {self.attention!r}")
+    if self.attention_backend not in BACKENDS:
+      raise ValueError(f"ModelConfig.attention_backend must be one of {BACKENDS}, got "
+                       f"{self.attention_backend!r}")
     if self.sliding_window is not None and self.sliding_window < 1:
       raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
     self._check_gemma_fields()
@@ -140,7 +147,9 @@ class ModelConfig:
     return sum(math.prod(shape) for shape in param_shapes(self).values())
 
   def to_dict(self) -> dict:
-    return dict(dataclasses.asdict(self), attention=pattern_to_dict(self.attention))
+    data = dict(dataclasses.asdict(self), attention=pattern_to_dict(self.attention))
+    del data["attention_backend"]
+    return data
 
   @classmethod
   def from_dict(cls, data: dict) -> "ModelConfig":

@@ -66,7 +66,8 @@ def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
     k, v = k_all[layer], v_all[layer]
     kv = (k_all, v_all)
   scale = None if config.query_pre_attn_scalar is None else config.query_pre_attn_scalar ** -0.5
-  out = attention(q, k, v, mask=mask, scale=scale, softcap=config.attn_logit_softcap)
+  out = attention(q, k, v, mask=mask, scale=scale, softcap=config.attn_logit_softcap,
+                  backend=config.attention_backend)
   out = jnp.einsum("bthk,hkd->btd", out, p["wo"])
   x = x + (_norm(out, p["post_attn_norm"], config) if config.post_norms else out)
   h = _norm(x, p["mlp_norm"], config)
