@@ -30,6 +30,9 @@ callers ignore those rows either way.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,12 +82,59 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: f
   window = jnp.reshape(jnp.asarray(window, jnp.int32), (1,))
   skip, live_blocks = _skip_table(qmeta, kmeta, rows, mask, bq, bk, window[0], tree is not None)
 
-  call = _tpu_call if variant == "tpu" else _gpu_call
-  out = call(q_rows, k, v, qmeta, kmeta, tree, skip, live_blocks, window, bq=bq, bk=bk,
-             pattern=mask.pattern, scale=float(scale), softcap=softcap,
-             hidden=mask.hidden_keys is not None, interpret=interpret)
+  static = Static(bq=bq, bk=bk, pattern=mask.pattern, scale=float(scale), softcap=softcap,
+                  hidden=mask.hidden_keys is not None, variant=variant, interpret=interpret)
+  out = flash(static, q_rows, k, v, (qmeta, kmeta, tree, skip, live_blocks, window))
   out = out[:, :, :rows].reshape(batch, kv_heads, steps, group, head_dim)
-  return out.transpose(0, 2, 1, 3, 4).reshape(batch, steps, heads, head_dim)
+  out = out.transpose(0, 2, 1, 3, 4).reshape(batch, steps, heads, head_dim)
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+  """What a compiled kernel is specialised on (hashable: custom_vjp's non-differentiable part)."""
+
+  bq: int
+  bk: int
+  pattern: object
+  scale: float
+  softcap: float | None
+  hidden: bool
+  variant: str
+  interpret: bool
+
+  def tile_args(self) -> dict:
+    return dict(pattern=self.pattern, scale=self.scale, softcap=self.softcap, hidden=self.hidden)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def flash(static: Static, q, k, v, meta):
+  """q[B, K, R, hd] (rows padded to bq), k/v[B, S, K, hd] (slots padded to bk), meta = (query
+  rows, key slots, tree rows or None, skip table, live blocks, window) -> out[B, K, R, hd]."""
+  return _forward(static, q, k, v, meta)[0]
+
+
+def _forward(static: Static, q, k, v, meta):
+  """(out, lse f32[B, K, R]: each row's log-sum-exp, +inf for a row that sees no key)."""
+  call = _tpu_call if static.variant == "tpu" else _gpu_call
+  return call(q, k, v, *meta, bq=static.bq, bk=static.bk, interpret=static.interpret,
+              **static.tile_args())
+
+
+def _flash_fwd(static, q, k, v, meta):
+  out, lse = _forward(static, q, k, v, meta)
+  return out, (q, k, v, meta, out, lse)
+
+
+def _flash_bwd(static, residuals, d_out):
+  from pallas_kernels.masked_attention.backward import backward
+
+  q, k, v, meta, out, lse = residuals
+  dq, dk, dv = backward(static, q, k, v, meta, out, lse, d_out)
+  return dq, dk, dv, jax.tree.map(lambda _: None, meta)
+
+
+flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def _pad_to(x: jax.Array, axis: int, multiple: int) -> jax.Array:
@@ -167,14 +217,19 @@ def _visible(qmeta, kmeta, tree, window, pattern, hidden: bool):
   return visible & (kmeta[1:2, :] > 0) & ((q_pos - k_pos) < window)
 
 
-def _tile(q, k, v, qmeta, kmeta, tree, window, carry, *, pattern, scale, softcap, hidden):
-  """One online-softmax step over a [bq, bk] tile: carry (max [bq, 1], sum [bq, 1], acc [bq, hd])."""
-  m_prev, l_prev, acc = carry
+def scores(q, k, qmeta, kmeta, tree, window, *, pattern, scale, softcap, hidden):
+  """(masked scores f32[bq, bk] (-inf where hidden), the soft-capped scores before masking)."""
   s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
   s = s * scale
   if softcap is not None:
     s = jnp.tanh(s / softcap) * softcap
-  s = jnp.where(_visible(qmeta, kmeta, tree, window, pattern, hidden), s, -jnp.inf)
+  return jnp.where(_visible(qmeta, kmeta, tree, window, pattern, hidden), s, -jnp.inf), s
+
+
+def _tile(q, k, v, qmeta, kmeta, tree, window, carry, **tile_args):
+  """One online-softmax step over a [bq, bk] tile: carry (max [bq, 1], sum [bq, 1], acc [bq, hd])."""
+  m_prev, l_prev, acc = carry
+  s, _ = scores(q, k, qmeta, kmeta, tree, window, **tile_args)
   m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
   m_safe = jnp.where(m_next == -jnp.inf, 0.0, m_next)  # No key seen yet: exp(-inf) = 0, no NaN.
   p = jnp.exp(s - m_safe)
@@ -184,8 +239,11 @@ def _tile(q, k, v, qmeta, kmeta, tree, window, carry, *, pattern, scale, softcap
   return m_next, l_next, alpha * acc + pv
 
 
-def _finish(l, acc):
-  return jnp.where(l > 0, acc / jnp.where(l > 0, l, 1.0), 0.0)
+def _finish(m, l, acc):
+  """(out [bq, hd], lse [bq, 1]) from the running max, sum and accumulator."""
+  seen = l > 0
+  out = jnp.where(seen, acc / jnp.where(seen, l, 1.0), 0.0)
+  return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
 
 
 def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk, interpret,
@@ -197,7 +255,7 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
 
   def kernel(skip_ref, live_ref, window_ref, q_ref, k_ref, v_ref, qmeta_ref, kmeta_ref, *refs):
     tree_ref = refs[0] if tree is not None else None
-    o_ref, m_ref, l_ref, acc_ref = refs[-4:]
+    o_ref, lse_ref, m_ref, l_ref, acc_ref = refs[-5:]
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
@@ -217,7 +275,9 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
 
     @pl.when(j == nk - 1)
     def _write():
-      o_ref[...] = _finish(l_ref[:, 0:1], acc_ref[...]).astype(o_ref.dtype)
+      out, lse = _finish(m_ref[:, 0:1], l_ref[:, 0:1], acc_ref[...])
+      o_ref[...] = out.astype(o_ref.dtype)
+      lse_ref[...] = lse
 
   def key_block(b, h, i, j, skip_ref, live_ref, window_ref):
     del h, i, skip_ref, window_ref  # A dead block repeats the last live one: no new DMA.
@@ -237,11 +297,12 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
     operands.append(tree)
   grid_spec = pltpu.PrefetchScalarGridSpec(
       num_scalar_prefetch=3, grid=(batch, kv_heads, nq, nk), in_specs=in_specs,
-      out_specs=pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j, *_: (b, h, i, 0)),
+      out_specs=[pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j, *_: (b, h, i, 0)),
+                 pl.BlockSpec((None, None, bq, 1), lambda b, h, i, j, *_: (b, h, i, 0))],
       scratch_shapes=[pltpu.VMEM((bq, _LANES), jnp.float32), pltpu.VMEM((bq, _LANES), jnp.float32),
                       pltpu.VMEM((bq, head_dim), jnp.float32)])
   return pl.pallas_call(
-      kernel, grid_spec=grid_spec, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+      kernel, grid_spec=grid_spec, out_shape=_out_shapes(q),
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
       interpret=interpret)(skip, live_blocks, window, *operands)
@@ -255,7 +316,7 @@ def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
 
   def kernel(q_ref, k_ref, v_ref, qmeta_ref, kmeta_ref, skip_ref, live_ref, window_ref, *refs):
     tree_ref = refs[0] if tree is not None else None
-    o_ref = refs[-1]
+    o_ref, lse_ref = refs[-2:]
     q_tile, q_meta = q_ref[...], qmeta_ref[...]
     tree_rows = None if tree_ref is None else tree_ref[...]
     window_now = window_ref[0]
@@ -271,8 +332,9 @@ def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
 
     carry = (jnp.full((bq, 1), -jnp.inf, jnp.float32), jnp.zeros((bq, 1), jnp.float32),
              jnp.zeros((bq, head_dim), jnp.float32))
-    _, l, acc = jax.lax.fori_loop(0, live_ref[()], body, carry)
-    o_ref[...] = _finish(l, acc).astype(o_ref.dtype)
+    out, lse = _finish(*jax.lax.fori_loop(0, live_ref[()], body, carry))
+    o_ref[...] = out.astype(o_ref.dtype)
+    lse_ref[...] = lse
 
   in_specs = [
       pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i: (b, h, i, 0)),
@@ -290,5 +352,12 @@ def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
     operands.append(tree)
   return pl.pallas_call(
       kernel, grid=(batch, kv_heads, nq), in_specs=in_specs,
-      out_specs=pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i: (b, h, i, 0)),
-      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), interpret=interpret)(*operands)
+      out_specs=[pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i: (b, h, i, 0)),
+                 pl.BlockSpec((None, None, bq, 1), lambda b, h, i: (b, h, i, 0))],
+      out_shape=_out_shapes(q), interpret=interpret)(*operands)
+
+
+def _out_shapes(q):
+  """out like q, and each row's log-sum-exp f32[B, K, R, 1] (the backward pass reads it)."""
+  return [jax.ShapeDtypeStruct(q.shape, q.dtype),
+          jax.ShapeDtypeStruct(q.shape[:3] + (1,), jnp.float32)]
