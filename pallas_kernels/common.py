@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 # Absolute tolerance by dtype of the kernel's inputs (outputs are compared in float32). bfloat16
@@ -49,3 +50,64 @@ def assert_close(actual, expected, dtype, where=None) -> None:
   if worst > TOLERANCES[dtype] or relative > RELATIVE[dtype]:
     raise AssertionError(f"{dtype}: max abs error {worst:.3g} (tolerance {TOLERANCES[dtype]:.1g}), "
                          f"rms error / rms reference {relative:.3g} (bound {RELATIVE[dtype]:.1g})")
+
+
+def online_softmax_step(s, v, carry):
+  """Fold one tile of masked scores s f32[bq, bk] (-inf = hidden) and its values v[bk, hd] into
+  the running (max [bq, 1], sum [bq, 1], unnormalised output f32[bq, hd]). Probabilities are
+  rounded to v's dtype before the value product, as the XLA path does."""
+  m_prev, l_prev, acc = carry
+  m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+  m_safe = jnp.where(m_next == -jnp.inf, 0.0, m_next)  # No key seen yet: exp(-inf) = 0, no NaN.
+  p = jnp.exp(s - m_safe)
+  alpha = jnp.exp(m_prev - m_safe)
+  l_next = alpha * l_prev + jnp.sum(p, axis=1, keepdims=True)
+  pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+  return m_next, l_next, alpha * acc + pv
+
+
+def softmax_start(rows: int, head_dim: int):
+  """The running (max, sum, output) before any key."""
+  return (jnp.full((rows, 1), -jnp.inf, jnp.float32), jnp.zeros((rows, 1), jnp.float32),
+          jnp.zeros((rows, head_dim), jnp.float32))
+
+
+def softmax_finish(m, l, acc, empty_lse: float):
+  """(output f32[bq, hd], log-sum-exp f32[bq, 1]); a row that saw no key gets output 0 and
+  log-sum-exp `empty_lse`."""
+  seen = l > 0
+  out = jnp.where(seen, acc / jnp.where(seen, l, 1.0), 0.0)
+  return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), empty_lse)
+
+
+def pad_to(x: jax.Array, axis: int, multiple: int) -> jax.Array:
+  """x zero-padded along `axis` to a multiple of `multiple`."""
+  pad = -x.shape[axis] % multiple
+  if not pad:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths)
+
+
+def fold_rows(q: jax.Array, kv_heads: int, block_q: int) -> jax.Array:
+  """q[B, T, H, hd] -> [B, K, R, hd]: the G = H / K query heads sharing a KV head folded into
+  its rows (row t * G + g), padded to a multiple of block_q, so a few queries still fill a tile."""
+  batch, steps, heads, head_dim = q.shape
+  rows = q.reshape(batch, steps, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 1, 3, 4)
+  return pad_to(rows.reshape(batch, kv_heads, -1, head_dim), 2, block_q)
+
+
+def unfold_rows(rows: jax.Array, steps: int, heads: int) -> jax.Array:
+  """The inverse of `fold_rows` on [B, K, R_padded, ...] -> [B, T, H, ...]."""
+  batch, kv_heads = rows.shape[:2]
+  group, tail = heads // kv_heads, rows.shape[3:]
+  out = rows[:, :, :steps * group].reshape((batch, kv_heads, steps, group) + tail)
+  return jnp.moveaxis(out, 1, 2).reshape((batch, steps, heads) + tail)
+
+
+def out_and_lse_shapes(q_rows: jax.Array) -> list[jax.ShapeDtypeStruct]:
+  """A kernel's outputs over folded rows: the attention output like q_rows [B, K, R, hd], and
+  each row's log-sum-exp f32[B, K, R, 1]."""
+  return [jax.ShapeDtypeStruct(q_rows.shape, q_rows.dtype),
+          jax.ShapeDtypeStruct(q_rows.shape[:3] + (1,), jnp.float32)]

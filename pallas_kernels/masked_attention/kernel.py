@@ -38,7 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from pallas_kernels.common import default_interpret, default_variant
+from pallas_kernels.common import (default_interpret, default_variant, fold_rows,
+                                   online_softmax_step, out_and_lse_shapes, pad_to, softmax_finish,
+                                   softmax_start, unfold_rows)
 from pallas_kernels.masked_attention.tuned_block_sizes import BlockSizes, tuned_block_sizes
 
 VARIANTS = ("tpu", "gpu")
@@ -71,13 +73,12 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: f
   scale = head_dim ** -0.5 if scale is None else scale
 
   qmeta, kmeta, tree = _metadata(mask, group, rows, slots)
-  q_rows = q.reshape(batch, steps, kv_heads, group, head_dim).transpose(0, 2, 1, 3, 4)
-  q_rows = _pad_to(q_rows.reshape(batch, kv_heads, rows, head_dim), 2, bq)
-  qmeta = _pad_to(qmeta, 1, bq)
-  k, v = _pad_to(k, 1, bk), _pad_to(v, 1, bk)
-  kmeta = _pad_to(kmeta, 2, bk)  # Padded slots are dead (live = 0).
+  q_rows = fold_rows(q, kv_heads, bq)
+  qmeta = pad_to(qmeta, 1, bq)
+  k, v = pad_to(k, 1, bk), pad_to(v, 1, bk)
+  kmeta = pad_to(kmeta, 2, bk)  # Padded slots are dead (live = 0).
   if tree is not None:
-    tree = _pad_to(_pad_to(tree, 1, bq), 2, _LANES)
+    tree = pad_to(pad_to(tree, 1, bq), 2, _LANES)
   window = _NO_WINDOW if mask.window is None else mask.window
   window = jnp.reshape(jnp.asarray(window, jnp.int32), (1,))
   skip, live_blocks = _skip_table(qmeta, kmeta, rows, mask, bq, bk, window[0], tree is not None)
@@ -85,9 +86,7 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: f
   static = Static(bq=bq, bk=bk, pattern=mask.pattern, scale=float(scale), softcap=softcap,
                   hidden=mask.hidden_keys is not None, variant=variant, interpret=interpret)
   out = flash(static, q_rows, k, v, (qmeta, kmeta, tree, skip, live_blocks, window))
-  out = out[:, :, :rows].reshape(batch, kv_heads, steps, group, head_dim)
-  out = out.transpose(0, 2, 1, 3, 4).reshape(batch, steps, heads, head_dim)
-  return out
+  return unfold_rows(out, steps, heads)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +134,6 @@ def _flash_bwd(static, residuals, d_out):
 
 
 flash.defvjp(_flash_fwd, _flash_bwd)
-
-
-def _pad_to(x: jax.Array, axis: int, multiple: int) -> jax.Array:
-  pad = -x.shape[axis] % multiple
-  if not pad:
-    return x
-  widths = [(0, 0)] * x.ndim
-  widths[axis] = (0, pad)
-  return jnp.pad(x, widths)
 
 
 def _metadata(mask, group: int, rows: int, slots: int):
@@ -227,23 +217,14 @@ def scores(q, k, qmeta, kmeta, tree, window, *, pattern, scale, softcap, hidden)
 
 
 def _tile(q, k, v, qmeta, kmeta, tree, window, carry, **tile_args):
-  """One online-softmax step over a [bq, bk] tile: carry (max [bq, 1], sum [bq, 1], acc [bq, hd])."""
-  m_prev, l_prev, acc = carry
+  """One online-softmax step over a [bq, bk] tile."""
   s, _ = scores(q, k, qmeta, kmeta, tree, window, **tile_args)
-  m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-  m_safe = jnp.where(m_next == -jnp.inf, 0.0, m_next)  # No key seen yet: exp(-inf) = 0, no NaN.
-  p = jnp.exp(s - m_safe)
-  alpha = jnp.exp(m_prev - m_safe)
-  l_next = alpha * l_prev + jnp.sum(p, axis=1, keepdims=True)
-  pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-  return m_next, l_next, alpha * acc + pv
+  return online_softmax_step(s, v, carry)
 
 
 def _finish(m, l, acc):
-  """(out [bq, hd], lse [bq, 1]) from the running max, sum and accumulator."""
-  seen = l > 0
-  out = jnp.where(seen, acc / jnp.where(seen, l, 1.0), 0.0)
-  return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+  """(out, lse); lse = +inf for a row that sees no key, so the backward's exp(s - lse) is 0."""
+  return softmax_finish(m, l, acc, empty_lse=jnp.inf)
 
 
 def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk, interpret,
@@ -302,7 +283,7 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
       scratch_shapes=[pltpu.VMEM((bq, _LANES), jnp.float32), pltpu.VMEM((bq, _LANES), jnp.float32),
                       pltpu.VMEM((bq, head_dim), jnp.float32)])
   return pl.pallas_call(
-      kernel, grid_spec=grid_spec, out_shape=_out_shapes(q),
+      kernel, grid_spec=grid_spec, out_shape=out_and_lse_shapes(q),
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
       interpret=interpret)(skip, live_blocks, window, *operands)
@@ -330,9 +311,7 @@ def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
 
       return jax.lax.cond(skip_ref[j] == 0, step, lambda c: c, carry)
 
-    carry = (jnp.full((bq, 1), -jnp.inf, jnp.float32), jnp.zeros((bq, 1), jnp.float32),
-             jnp.zeros((bq, head_dim), jnp.float32))
-    out, lse = _finish(*jax.lax.fori_loop(0, live_ref[()], body, carry))
+    out, lse = _finish(*jax.lax.fori_loop(0, live_ref[()], body, softmax_start(bq, head_dim)))
     o_ref[...] = out.astype(o_ref.dtype)
     lse_ref[...] = lse
 
@@ -354,10 +333,4 @@ def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
       kernel, grid=(batch, kv_heads, nq), in_specs=in_specs,
       out_specs=[pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i: (b, h, i, 0)),
                  pl.BlockSpec((None, None, bq, 1), lambda b, h, i: (b, h, i, 0))],
-      out_shape=_out_shapes(q), interpret=interpret)(*operands)
-
-
-def _out_shapes(q):
-  """out like q, and each row's log-sum-exp f32[B, K, R, 1] (the backward pass reads it)."""
-  return [jax.ShapeDtypeStruct(q.shape, q.dtype),
-          jax.ShapeDtypeStruct(q.shape[:3] + (1,), jnp.float32)]
+      out_shape=out_and_lse_shapes(q), interpret=interpret)(*operands)
