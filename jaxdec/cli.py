@@ -554,6 +554,13 @@ def _cmd_bench(args) -> int:
     kforcing.run(args.model, args.student, batch_sizes=tuple(args.batch_sizes),
                  new_tokens=args.new_tokens, repeats=args.repeats, out=args.out,
                  task=None if args.task == "code" else args.task)
+  elif args.suite == "kernels":
+    from jaxdec.bench import kernels
+
+    kernels.run(tuple(args.lengths), heads=args.heads, kv_heads=args.kv_heads,
+                head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats,
+                dense_limit=args.dense_limit, decode_batch_sizes=tuple(args.decode_batch_sizes),
+                out=args.out)
   elif args.suite == "eagle":
     from jaxdec.bench import eagle
 
@@ -745,8 +752,29 @@ def _add_eagle_bench(suites):
   return ea
 
 
+def _add_kernels_bench(suites):
+  """`jaxdec bench kernels`' parser."""
+  kn = suites.add_parser("kernels", help="the Pallas kernels vs XLA attention by context length, "
+                                         "and 8B-shaped decode tokens/s vs the bandwidth bound "
+                                         "(for a GPU or TPU: on a CPU the kernels are interpreted)")
+  kn.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 32768],
+                  help="context lengths, one row per case each")
+  kn.add_argument("--heads", type=int, default=32, help="query heads")
+  kn.add_argument("--kv-heads", type=int, default=8, help="KV heads")
+  kn.add_argument("--head-dim", type=int, default=128, help="head dimension")
+  kn.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+  kn.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
+  kn.add_argument("--dense-limit", type=int, default=8192,
+                  help="longest causal prefill timed (XLA builds an L x L mask)")
+  kn.add_argument("--decode-batch-sizes", type=int, nargs="*", default=[],
+                  help="also decode with a Llama-3-8B-shaped model (random bf16 weights, 16 GB) "
+                       "at these batch sizes, e.g. 1 64")
+  kn.add_argument("--out", default="bench_results/kernels.json", help="JSON output path")
+  return kn
+
+
 def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion | kforcing | eagle`."""
+  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
@@ -813,7 +841,8 @@ def _add_bench_parser(sub) -> None:
                        + _PLOT_EXTRA + ")")
   kf = _add_kforcing_bench(suites)
   ea = _add_eagle_bench(suites)
-  for suite in (ar, sp, df, kf, ea):
+  kn = _add_kernels_bench(suites)
+  for suite in (ar, sp, df, kf, ea, kn):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 

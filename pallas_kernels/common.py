@@ -30,6 +30,12 @@ def default_variant() -> str:
   return "gpu" if platform() == "gpu" else "tpu"
 
 
+def variants_to_test(variants) -> list[str]:
+  """The variants a test runs here: all of them in interpret mode (off GPU/TPU), else only the
+  platform's, compiled."""
+  return list(variants) if default_interpret() else [default_variant()]
+
+
 def assert_close(actual, expected, dtype, where=None) -> None:
   """actual == expected within the dtype's absolute tolerance AND its relative-error bound.
   `where` (bool, broadcast to the arrays) restricts the comparison."""

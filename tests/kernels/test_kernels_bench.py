@@ -1,0 +1,30 @@
+"""`jaxdec bench kernels` runs end to end at toy sizes (interpreted on a CPU: it checks the suite,
+not kernel speed): every attention case, the chunk-sparse row, and the decode rows."""
+
+import json
+
+import jax.numpy as jnp
+
+from jaxdec.bench import kernels
+from tiny import tiny_config
+
+
+def test_every_row_is_measured(tmp_path, capsys):
+  out = tmp_path / "kernels.json"
+  record = kernels.run(lengths=(64, 4096), heads=4, kv_heads=2, head_dim=64, dtype="float32",
+                       repeats=1, dense_limit=64, decode_batch_sizes=(2,), prompt_len=8,
+                       new_tokens=4, decode_config=tiny_config(), out=str(out))
+  cases = [(r["case"], r["context"]) for r in record["rows"]]
+  assert ("prefill (causal)", 64) in cases and ("prefill (causal)", 4096) not in cases
+  assert ("verify tree (16 nodes)", 4096) in cases and ("diffusion block 32", 64) in cases
+  assert ("chunk-sparse top 4 x 1024 vs dense", 4096) in cases
+  assert ("decode, batch 2, pallas", 12) in cases and ("decode, batch 2, xla", 12) in cases
+  for row in record["rows"]:
+    assert row.get("kernel speedup", 1.0) > 0 and row.get("tokens/s", 1.0) > 0
+  assert json.loads(out.read_text())["suite"] == "kernels"
+  assert "interpret mode: not a speed measurement" in capsys.readouterr().out
+
+
+def test_the_tree_case_is_a_binary_tree():
+  tree = kernels._chain_tree(7)[0]
+  assert tree.dtype == jnp.bool_ and bool(tree[6, 2]) and bool(tree[6, 0]) and not bool(tree[6, 1])
