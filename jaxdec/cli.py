@@ -762,7 +762,8 @@ def _add_kernels_bench(suites):
   kn.add_argument("--heads", type=int, default=32, help="query heads")
   kn.add_argument("--kv-heads", type=int, default=8, help="KV heads")
   kn.add_argument("--head-dim", type=int, default=128, help="head dimension")
-  kn.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+  kn.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                  help="q, k and v dtype")
   kn.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
   kn.add_argument("--dense-limit", type=int, default=8192,
                   help="longest causal prefill timed (XLA builds an L x L mask)")
