@@ -245,7 +245,7 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
       l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
       acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    @pl.when(skip_ref[b, i, j] == 0)
+    @pl.when(skip_ref[(b * nq + i) * nk + j] == 0)  # Flat: SMEM holds 1-D arrays best.
     def _step():
       m, l, acc = _tile(q_ref[...], k_ref[...], v_ref[...], qmeta_ref[...], kmeta_ref[...],
                         None if tree_ref is None else tree_ref[...], window_ref[0],
@@ -286,7 +286,7 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
       kernel, grid_spec=grid_spec, out_shape=out_and_lse_shapes(q),
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-      interpret=interpret)(skip, live_blocks, window, *operands)
+      interpret=interpret)(skip.reshape(-1), live_blocks, window, *operands)
 
 
 def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk, interpret,
