@@ -281,3 +281,41 @@ def held_out_prompts(tokenizer, count: int, prompt_tokens: int = 128, min_chars:
   if len(prompts) < count:
     raise ValueError(f"only {len(prompts)} validation files are long enough for {count} prompts")
   return prompts
+
+
+def long_context_prompts(tokenizer, count: int, context_tokens: int,
+                         continuation_tokens: int = 64) -> list[tuple[list[int], list[int]]]:
+  """`count` long-context tasks from stdlib validation files (deterministic): (prompt, its true
+  continuation). Prompt i concatenates whole files, starting at the i-th long file, each after a
+  `# file: NAME` line, up to `context_tokens` (BOS first); the file that does not fit is cut at
+  a line break, and the next `continuation_tokens` tokens of it are the continuation. For
+  long-prefix decoding (Prefilling-dLLM): the answer continues the end of the prompt, the rest
+  is context."""
+  files = stdlib_split("validation")
+  texts, _ = read_texts(files)
+  docs = [f"# file: {os.path.basename(f.relpath)}\n{t}\n" for f, t in zip(files, texts)
+          if len(t) >= 3000]
+  if len(docs) < count + 1:
+    raise ValueError(f"only {len(docs)} validation files are long enough for {count} prompts")
+  encode = lambda text: tokenizer.encode(text, add_bos=False)
+  out = []
+  for i in range(count):
+    ids = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
+    for j in range(len(docs)):
+      doc = docs[(i + j) % len(docs)]
+      piece = encode(doc)
+      if len(ids) + len(piece) <= context_tokens:
+        ids += piece
+        continue
+      lines = doc.split("\n")
+      lo, hi = 1, len(lines) - 1  # The most whole lines whose tokens still fit (binary search).
+      while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(ids) + len(encode("\n".join(lines[:mid]) + "\n")) <= context_tokens:
+          lo = mid
+        else:
+          hi = mid - 1
+      head = "\n".join(lines[:lo]) + "\n"
+      out.append((ids + encode(head), encode(doc[len(head):])[:continuation_tokens]))
+      break
+  return out
