@@ -559,7 +559,7 @@ def _cmd_bench(args) -> int:
 
     kernels.run(tuple(args.lengths), heads=args.heads, kv_heads=args.kv_heads,
                 head_dim=args.head_dim, dtype=args.dtype, repeats=args.repeats,
-                dense_limit=args.dense_limit, decode_batch_sizes=tuple(args.decode_batch_sizes),
+                dense_limit=args.dense_limit, chunk=args.chunk, decode_batch_sizes=tuple(args.decode_batch_sizes),
                 out=args.out)
   elif args.suite == "eagle":
     from jaxdec.bench import eagle
@@ -767,6 +767,8 @@ def _add_kernels_bench(suites):
   kn.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
   kn.add_argument("--dense-limit", type=int, default=8192,
                   help="longest causal prefill timed (XLA builds an L x L mask)")
+  kn.add_argument("--chunk", type=int, default=1024,
+                  help="prefix chunk length of the chunk-sparse case (top 4 chunks kept)")
   kn.add_argument("--decode-batch-sizes", type=int, nargs="*", default=[],
                   help="also decode with a Llama-3-8B-shaped model (random bf16 weights, 16 GB) "
                        "at these batch sizes, e.g. 1 64")

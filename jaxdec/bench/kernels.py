@@ -6,7 +6,7 @@ Attention cases at context length L (batch 1; `heads` query heads, `kv_heads` KV
   prefill      causal, T = S = L (the XLA path builds an [L, L] mask: skipped past `dense_limit`)
   verify tree  a 16-node draft tree against a cache of L
   diffusion    a 32-token bidirectional block against a cache of L (dual-cache decoding)
-  chunk-sparse the same block against the top 4 of L / 1024 prefix chunks (Prefilling-dLLM),
+  chunk-sparse the same block against the top 4 of L / `chunk` prefix chunks (Prefilling-dLLM),
                kernel vs XLA's dense attention over the whole prefix
 
 Off GPU/TPU the kernels run in interpret mode, so the CPU figures say nothing about kernel
@@ -29,7 +29,6 @@ from jaxdec.model.attention import attention
 BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L4": 0.3e12, "TPU v4": 1.2e12,
              "TPU v5 lite": 0.82e12, "TPU v5e": 0.82e12, "TPU v5p": 2.76e12, "TPU v6 lite": 1.64e12,
              "TPU v6e": 1.64e12}
-CHUNK = 1024
 TOP_CHUNKS = 4
 
 
@@ -77,7 +76,7 @@ def _time_pair(timer, fns: dict, repeats: int) -> dict:
 
 
 def attention_rows(lengths, heads: int, kv_heads: int, head_dim: int, dtype, repeats: int,
-                   dense_limit: int, timer: Timer) -> list[dict]:
+                   dense_limit: int, chunk: int, timer: Timer) -> list[dict]:
   from pallas_kernels.chunk_attention import chunk_attention
 
   rows = []
@@ -94,27 +93,28 @@ def attention_rows(lengths, heads: int, kv_heads: int, head_dim: int, dtype, rep
       times = _time_pair(timer, {b: (lambda f=f: f(q, k, v)) for b, f in fns.items()}, repeats)
       rows.append({"case": name, "context": length, "xla ms": times["xla"] * 1e3,
                    "kernel ms": times["pallas"] * 1e3, "kernel speedup": times["xla"] / times["pallas"]})
-    if length >= CHUNK * TOP_CHUNKS:
-      rows.append(_chunk_row(length, heads, kv_heads, head_dim, dtype, repeats, timer, key,
+    if length >= chunk * TOP_CHUNKS:
+      rows.append(_chunk_row(length, chunk, heads, kv_heads, head_dim, dtype, repeats, timer, key,
                              chunk_attention))
   return rows
 
 
-def _chunk_row(length, heads, kv_heads, head_dim, dtype, repeats, timer, key, chunk_attention):
-  chunks = length // CHUNK
+def _chunk_row(length, chunk, heads, kv_heads, head_dim, dtype, repeats, timer, key,
+               chunk_attention):
+  chunks = length // chunk
   kq, kk, kv = jax.random.split(jax.random.fold_in(key, length + 1), 3)
   q = jax.random.normal(kq, (1, 32, heads, head_dim), dtype)
-  k_chunks = jax.random.normal(kk, (1, chunks, CHUNK, kv_heads, head_dim), dtype)
-  v_chunks = jax.random.normal(kv, (1, chunks, CHUNK, kv_heads, head_dim), dtype)
+  k_chunks = jax.random.normal(kk, (1, chunks, chunk, kv_heads, head_dim), dtype)
+  v_chunks = jax.random.normal(kv, (1, chunks, chunk, kv_heads, head_dim), dtype)
   selected = jnp.arange(TOP_CHUNKS, dtype=jnp.int32)[None] * (chunks // TOP_CHUNKS)
-  keep = jnp.ones((1, chunks, CHUNK), bool)
+  keep = jnp.ones((1, chunks, chunk), bool)
   dense_mask = _cache_mask(32, length - 32, Bidirectional())
   k_all = (1, length, kv_heads, head_dim)  # The prefix as one contiguous cache.
   sparse = jax.jit(lambda q, k, v: chunk_attention(q, k, v, selected, keep)[0])
   dense = jax.jit(lambda q, k, v: attention(q, k.reshape(k_all), v.reshape(k_all), mask=dense_mask))
   times = _time_pair(timer, {"xla": lambda: dense(q, k_chunks, v_chunks),
                              "pallas": lambda: sparse(q, k_chunks, v_chunks)}, repeats)
-  return {"case": f"chunk-sparse top {TOP_CHUNKS} x {CHUNK} vs dense", "context": length,
+  return {"case": f"chunk-sparse top {TOP_CHUNKS} of {chunks} x {chunk} vs dense", "context": length,
           "xla ms": times["xla"] * 1e3, "kernel ms": times["pallas"] * 1e3,
           "kernel speedup": times["xla"] / times["pallas"]}
 
@@ -151,7 +151,7 @@ def decode_rows(batch_sizes, prompt_len: int, new_tokens: int, repeats: int, tim
 
 
 def run(lengths=(2048, 8192, 32768), heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
-        dtype: str = "bfloat16", repeats: int = 5, dense_limit: int = 8192,
+        dtype: str = "bfloat16", repeats: int = 5, dense_limit: int = 8192, chunk: int = 1024,
         decode_batch_sizes=(), prompt_len: int = 512, new_tokens: int = 64, decode_config=None,
         out: str | None = None) -> dict:
   """Time every attention case at every length, then (with `decode_batch_sizes`) decoding with a
@@ -161,7 +161,7 @@ def run(lengths=(2048, 8192, 32768), heads: int = 32, kv_heads: int = 8, head_di
   print(f"bench kernels on {device.platform} ({device.device_kind}); "
         f"{'interpret mode: not a speed measurement' if device.platform == 'cpu' else 'compiled'}")
   rows = attention_rows(lengths, heads, kv_heads, head_dim, jnp.dtype(dtype), repeats, dense_limit,
-                        timer)
+                        chunk, timer)
   columns = ["case", "context", "xla ms", "kernel ms", "kernel speedup"]
   if decode_batch_sizes:
     rows += decode_rows(decode_batch_sizes, prompt_len, new_tokens, repeats, timer, decode_config)

@@ -11,13 +11,14 @@ from tiny import tiny_config
 
 def test_every_row_is_measured(tmp_path, capsys):
   out = tmp_path / "kernels.json"
-  record = kernels.run(lengths=(64, 4096), heads=4, kv_heads=2, head_dim=64, dtype="float32",
-                       repeats=1, dense_limit=64, decode_batch_sizes=(2,), prompt_len=8,
+  record = kernels.run(lengths=(64, 128), heads=4, kv_heads=2, head_dim=64, dtype="float32",
+                       repeats=1, dense_limit=64, chunk=32, decode_batch_sizes=(2,), prompt_len=8,
                        new_tokens=4, decode_config=tiny_config(), out=str(out))
   cases = [(r["case"], r["context"]) for r in record["rows"]]
-  assert ("prefill (causal)", 64) in cases and ("prefill (causal)", 4096) not in cases
-  assert ("verify tree (16 nodes)", 4096) in cases and ("diffusion block 32", 64) in cases
-  assert ("chunk-sparse top 4 x 1024 vs dense", 4096) in cases
+  assert ("prefill (causal)", 64) in cases and ("prefill (causal)", 128) not in cases
+  assert ("verify tree (16 nodes)", 128) in cases and ("diffusion block 32", 64) in cases
+  assert ("chunk-sparse top 4 of 4 x 32 vs dense", 128) in cases
+  assert not any(case.startswith("chunk-sparse") and n == 64 for case, n in cases)
   assert ("decode, batch 2, pallas", 12) in cases and ("decode, batch 2, xla", 12) in cases
   for row in record["rows"]:
     assert row.get("kernel speedup", 1.0) > 0 and row.get("tokens/s", 1.0) > 0
