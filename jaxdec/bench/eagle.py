@@ -43,11 +43,17 @@ def variants(seeds: int) -> dict[str, tuple[dict, dict, int]]:
   return out
 
 
-def depth_acceptance(accepted: np.ndarray, depth: int) -> list[float]:
-  """From drafts accepted per verification step (-1 = no step), the rate at each depth d of a
-  chain: steps accepting >= d drafts over steps accepting >= d - 1."""
+def depth_reached(accepted: np.ndarray, depth: int) -> list[int]:
+  """From drafts accepted per verification step (-1 = no step), the number of steps accepting
+  >= d drafts for d = 0..depth: the sample behind each depth's rate."""
   steps = accepted[accepted >= 0]
-  reached = np.array([np.sum(steps >= d) for d in range(depth + 1)], np.float64)
+  return [int(np.sum(steps >= d)) for d in range(depth + 1)]
+
+
+def depth_acceptance(accepted: np.ndarray, depth: int) -> list[float]:
+  """The rate at each depth d of a chain: steps accepting >= d drafts over steps accepting
+  >= d - 1."""
+  reached = np.array(depth_reached(accepted, depth), np.float64)
   return (reached[1:] / np.maximum(reached[:-1], 1)).round(4).tolist()
 
 
@@ -92,9 +98,10 @@ def run(task: str = "gsm-synth", steps: int | None = None, seeds: int = 3, depth
                  "tau dynamic tree": float(np.sum(tree.lengths) / np.sum(tree.stats["target_forwards"])),
                  "sim tau (TTT)": meta["eval"]["sim_tau"],
                  "acceptance by depth": depth_acceptance(accepted, depth),
+                 "steps reaching depth 0..": depth_reached(accepted, depth),
                  "sim acceptance by depth": meta["eval"]["alpha"]})
   columns = ["drafter", f"tau chain {depth}", "tau dynamic tree", "sim tau (TTT)",
-             "acceptance by depth"]
+             "acceptance by depth", "steps reaching depth 0.."]
   summary = _seed_summary(rows, depth)
   print(f"bench eagle: {base.target}, {len(prompts)} {task} test prompts, {new_tokens} new tokens, "
         f"greedy; drafters trained {base.steps} steps by {_RECIPES[task]}")
@@ -118,6 +125,7 @@ def _seed_summary(rows: list[dict], depth: int) -> list[dict]:
       values = np.array([r[column] for r in group])
       summary[column] = f"{values.mean():.3f} +- {values.std(ddof=1):.3f}"
     summary["acceptance by depth"] = np.mean([r["acceptance by depth"] for r in group], 0).round(3).tolist()
+    summary["steps reaching depth 0.."] = np.sum([r["steps reaching depth 0.."] for r in group], 0).tolist()
     out.append(summary)
   return out
 

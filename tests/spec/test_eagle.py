@@ -204,7 +204,8 @@ def test_bad_layers_and_vocabulary_maps_raise(target, trained):
 
 
 def test_acceptance_by_depth_reads_the_accepted_counts():
-  from jaxdec.bench.eagle import depth_acceptance
+  from jaxdec.bench.eagle import depth_acceptance, depth_reached
 
   accepted = np.array([[3, 0, 8, -1], [1, 2, -1, -1]])  # -1: no step.
   assert depth_acceptance(accepted, 8) == [0.8, 0.75, round(2 / 3, 4), 0.5, 1.0, 1.0, 1.0, 1.0]
+  assert depth_reached(accepted, 8) == [5, 4, 3, 2, 1, 1, 1, 1, 1]
