@@ -120,10 +120,12 @@ def hidden_mask_keys(tokens: jax.Array, config: ModelConfig) -> jax.Array | None
 
 def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
               tree: jax.Array | None = None, valid_lengths: jax.Array | None = None,
-              hidden_keys: jax.Array | None = None) -> MaskSpec:
-  """The MaskSpec of one forward of tokens at `positions` i32[B, T] (see `forward`)."""
+              hidden_keys: jax.Array | None = None, in_order: bool = False) -> MaskSpec:
+  """The MaskSpec of one forward of tokens at `positions` i32[B, T] (see `forward`); `in_order`:
+  the positions are 0..T-1 in every row (`forward(positions=None)`)."""
   batch, steps = positions.shape
   valid = jnp.full((batch,), steps, jnp.int32) if valid_lengths is None else valid_lengths
+  in_order = in_order and cache is None
   if cache is None:
     kv_positions, kv_length, start = positions, valid, jnp.zeros((batch,), jnp.int32)
   else:
@@ -133,7 +135,7 @@ def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
   window = config.sliding_window if config.sliding_layers is None else None
   return MaskSpec(q_positions=positions, kv_positions=kv_positions, kv_length=kv_length,
                   pattern=config.attention, window=window, tree=tree, start=start,
-                  hidden_keys=hidden_keys)
+                  hidden_keys=hidden_keys, in_order=in_order)
 
 
 def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) -> None:
@@ -142,7 +144,8 @@ def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) ->
       raise ValueError(f"hidden layer index {idx!r} is outside [0, {config.num_layers}]")
 
 
-def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCache | None = None, *,
+def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
+                  cache: KVCache | None = None, *,
                   config: ModelConfig, tree: jax.Array | None = None,
                   valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = (),
                   hidden_keys: jax.Array | None = None):
@@ -157,10 +160,16 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCac
   """
   hidden_layers = tuple(hidden_layers)
   _check_hidden_layers(hidden_layers, config)
+  in_order = positions is None
+  if in_order:
+    if cache is not None:
+      raise ValueError("positions=None means tokens 0..T-1 of a whole sequence: give positions "
+                       "when decoding with a cache")
+    positions = jnp.broadcast_to(jnp.arange(x.shape[1], dtype=jnp.int32), x.shape[:2])
   if config.embed_scale:
     x = x * jnp.asarray(np.float32(config.hidden_size ** 0.5)).astype(x.dtype)
   cos, sin = _rope_tables(positions, config)
-  mask = mask_spec(positions, cache, config, tree, valid_lengths, hidden_keys)
+  mask = mask_spec(positions, cache, config, tree, valid_lengths, hidden_keys, in_order)
   per_layer = _per_layer(config)
   # Only the requested layers' inputs are kept: slot[i] is where layer i's input goes (len() =
   # dropped), so memory grows with the selection, not with the depth.
@@ -202,12 +211,15 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array, cache: KVCac
   return h, selected, cache
 
 
-def forward(params: dict, tokens: jax.Array, positions: jax.Array, cache: KVCache | None = None, *,
+def forward(params: dict, tokens: jax.Array, positions: jax.Array | None,
+            cache: KVCache | None = None, *,
             config: ModelConfig, tree: jax.Array | None = None,
             valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
   """Run the decoder on tokens i32[B, T] at positions i32[B, T].
 
   Args:
+    positions: i32[B, T], or None for a whole sequence in order (0..T-1 in every row, no cache),
+      which lets the "pallas" backend use JAX's shipped kernels (training forwards).
     cache: if given, the T tokens are written at slots [length, length + T) of each row and
       attend to the cache's real entries plus the block; the returned cache has `length + T`.
     tree: bool[B or 1, T, T] visibility among the T tokens (a draft tree's ancestor matrix),

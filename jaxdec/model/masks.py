@@ -88,7 +88,10 @@ class MaskSpec:
   positions back) is a Python int when every layer shares it, or a traced i32[] that the layer
   scan sets per layer (Gemma's sliding and full-attention layers). `hidden_keys` bool[B, T]
   marks this forward's masks: only a query at the same position sees them, and the other tokens
-  attend causally (`BlockCausal.causal_given`); keys already in a cache count as given."""
+  attend causally (`BlockCausal.causal_given`); keys already in a cache count as given.
+  `in_order` (static) promises that every row's queries and keys are its tokens 0..T-1 at
+  positions 0..T-1 (a whole sequence, no cache): the mask is then the pattern plus per-row
+  lengths, which JAX's shipped attention kernels take."""
 
   q_positions: jax.Array
   kv_positions: jax.Array
@@ -98,6 +101,7 @@ class MaskSpec:
   tree: jax.Array | None = None
   start: jax.Array | None = None  # i32[B]: the slot of this forward's first token.
   hidden_keys: jax.Array | None = None
+  in_order: bool = struct.field(pytree_node=False, default=False)
 
   def dense(self) -> jax.Array:
     """bool[B, T, S]: True where query t may attend to key slot s."""

@@ -42,7 +42,7 @@ class NextToken:
     del key, target
     config = part.config
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    logits, _, _ = forward(params, inputs, _positions(inputs), config=config)
+    logits, _, _ = forward(params, inputs, None, config=config)
     nll = _mean(optax.softmax_cross_entropy_with_integer_labels(logits, targets),
                 None if scored is None else scored[:, 1:])
     return nll, {"nll": nll}
@@ -134,8 +134,7 @@ class MaskedDiffusion:
       first = jnp.arange(tokens.shape[1])[None, :] > 0
       scored = first if scored is None else scored & first
     noisy, masked, p_mask, visible = self.corrupt(tokens, key, config.mask_token_id, t, scored)
-    logits, _, _ = forward(params, noisy, _positions(noisy), config=config,
-                           valid_lengths=visible)
+    logits, _, _ = forward(params, noisy, None, config=config, valid_lengths=visible)
     if config.shifted_logits:
       logits = jnp.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
@@ -322,8 +321,8 @@ class Distill:
     if target.config.vocab_size != config.vocab_size:
       raise ValueError(f"teacher vocabulary {target.config.vocab_size} != student {config.vocab_size}")
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    student, _, _ = forward(params, inputs, _positions(inputs), config=config)
-    target_logits, _, _ = forward(target.params, inputs, _positions(inputs), config=target.config)
+    student, _, _ = forward(params, inputs, None, config=config)
+    target_logits, _, _ = forward(target.params, inputs, None, config=target.config)
     t = self.temperature
     teacher_logp = jax.nn.log_softmax(jax.lax.stop_gradient(target_logits) / t, axis=-1)
     student_logp = jax.nn.log_softmax(student / t, axis=-1)
