@@ -776,10 +776,8 @@ def _add_kernels_bench(suites):
   return kn
 
 
-def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels`."""
-  bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
-  suites = bench.add_subparsers(dest="suite", required=True)
+def _add_ar_bench(suites):
+  """`jaxdec bench ar`'s parser."""
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
   ar.add_argument("--model", default="random",
                   help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
@@ -793,6 +791,14 @@ def _add_bench_parser(sub) -> None:
   ar.add_argument("--plot", action="store_true",
                   help="also write OUT_speedup.png next to --out: jaxdec's speedup over "
                        "transformers per batch size (needs matplotlib: " + _PLOT_EXTRA + ")")
+  return ar
+
+
+def _add_bench_parser(sub) -> None:
+  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels`."""
+  bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
+  suites = bench.add_subparsers(dest="suite", required=True)
+  ar = _add_ar_bench(suites)
   sp = suites.add_parser("spec", help="speculative decoding vs AR and transformers' assisted / lookup")
   sp.add_argument("--model", help="target: zoo:NAME or a checkpoint dir (left out: zoo:pycode-ar, "
                                   "with --task gsm-synth zoo:gsm-ar)")

@@ -117,3 +117,40 @@ def out_and_lse_shapes(q_rows: jax.Array) -> list[jax.ShapeDtypeStruct]:
   each row's log-sum-exp f32[B, K, R, 1]."""
   return [jax.ShapeDtypeStruct(q_rows.shape, q_rows.dtype),
           jax.ShapeDtypeStruct(q_rows.shape[:3] + (1,), jnp.float32)]
+
+
+# The TPU variants keep the running softmax state of a [rows, head_dim] tile in VMEM across the
+# innermost ("arbitrary") grid axis: max and sum replicated over a lane width, and the output.
+_LANES = 128
+
+
+def tpu_softmax_scratch(rows: int, head_dim: int) -> list:
+  from jax.experimental.pallas import tpu as pltpu
+
+  return [pltpu.VMEM((rows, _LANES), jnp.float32), pltpu.VMEM((rows, _LANES), jnp.float32),
+          pltpu.VMEM((rows, head_dim), jnp.float32)]
+
+
+def tpu_row_tiles_params():
+  """Mosaic parameters of a grid (batch, kv head, query tile, reduction axis)."""
+  from jax.experimental.pallas import tpu as pltpu
+
+  return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
+
+
+def scratch_reset(m_ref, l_ref, acc_ref) -> None:
+  m_ref[...] = jnp.full(m_ref.shape, -jnp.inf, jnp.float32)
+  l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+  acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+
+def scratch_read(m_ref, l_ref, acc_ref):
+  """The running (max, sum, output) held in the scratch refs."""
+  return m_ref[:, 0:1], l_ref[:, 0:1], acc_ref[...]
+
+
+def scratch_write(m_ref, l_ref, acc_ref, carry) -> None:
+  m, l, acc = carry
+  m_ref[...] = jnp.broadcast_to(m, m_ref.shape)
+  l_ref[...] = jnp.broadcast_to(l, l_ref.shape)
+  acc_ref[...] = acc

@@ -23,10 +23,11 @@ from jax.experimental import pallas as pl
 
 from pallas_kernels.chunk_attention.tuned_block_sizes import tuned_block_q
 from pallas_kernels.common import (default_interpret, default_variant, fold_rows, online_softmax_step,
-                                   out_and_lse_shapes, softmax_finish, softmax_start, unfold_rows)
+                                   out_and_lse_shapes, scratch_read, scratch_reset, scratch_write,
+                                   softmax_finish, softmax_start, tpu_row_tiles_params,
+                                   tpu_softmax_scratch, unfold_rows)
 
 VARIANTS = ("tpu", "gpu")
-_LANES = 128
 
 
 def chunk_attention(q: jax.Array, k_chunks: jax.Array, v_chunks: jax.Array, selected: jax.Array,
@@ -85,24 +86,19 @@ def _tpu_call(q, k_chunks, v_chunks, selected, keep, *, bq, scale, softcap, inte
   batch, kv_heads, padded_rows, head_dim = q.shape
   length, picks = k_chunks.shape[2], selected.shape[1]
 
-  def kernel(selected_ref, q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref):
+  def kernel(selected_ref, q_ref, k_ref, v_ref, keep_ref, o_ref, lse_ref, *scratch):
     n = pl.program_id(3)
 
     @pl.when(n == 0)
     def _init():
-      m_ref[...] = jnp.full(m_ref.shape, -jnp.inf, jnp.float32)
-      l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
-      acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+      scratch_reset(*scratch)
 
     s = _scores(q_ref[...], k_ref[...], keep_ref[...], scale, softcap)
-    m, l, acc = online_softmax_step(s, v_ref[...], (m_ref[:, 0:1], l_ref[:, 0:1], acc_ref[...]))
-    m_ref[...] = jnp.broadcast_to(m, m_ref.shape)
-    l_ref[...] = jnp.broadcast_to(l, l_ref.shape)
-    acc_ref[...] = acc
+    scratch_write(*scratch, online_softmax_step(s, v_ref[...], scratch_read(*scratch)))
 
     @pl.when(n == picks - 1)
     def _write():
-      out, lse = softmax_finish(m_ref[:, 0:1], l_ref[:, 0:1], acc_ref[...], empty_lse=-jnp.inf)
+      out, lse = softmax_finish(*scratch_read(*scratch), empty_lse=-jnp.inf)
       o_ref[...] = out.astype(o_ref.dtype)
       lse_ref[...] = lse
 
@@ -115,13 +111,11 @@ def _tpu_call(q, k_chunks, v_chunks, selected, keep, *, bq, scale, softcap, inte
                 pl.BlockSpec((None, None, 1, length), lambda b, h, i, n, sel: (b, sel[b, n], 0, 0))],
       out_specs=[pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, n, sel: (b, h, i, 0)),
                  pl.BlockSpec((None, None, bq, 1), lambda b, h, i, n, sel: (b, h, i, 0))],
-      scratch_shapes=[pltpu.VMEM((bq, _LANES), jnp.float32), pltpu.VMEM((bq, _LANES), jnp.float32),
-                      pltpu.VMEM((bq, head_dim), jnp.float32)])
+      scratch_shapes=tpu_softmax_scratch(bq, head_dim))
   return pl.pallas_call(
       kernel, grid_spec=grid_spec, out_shape=out_and_lse_shapes(q),
-      compiler_params=pltpu.CompilerParams(
-          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-      interpret=interpret)(selected, q, k_chunks, v_chunks, keep)
+      compiler_params=tpu_row_tiles_params(), interpret=interpret)(selected, q, k_chunks, v_chunks,
+                                                                   keep)
 
 
 def _gpu_call(q, k_chunks, v_chunks, selected, keep, *, bq, scale, softcap, interpret):

@@ -39,13 +39,13 @@ import numpy as np
 from jax.experimental import pallas as pl
 
 from pallas_kernels.common import (default_interpret, default_variant, fold_rows,
-                                   online_softmax_step, out_and_lse_shapes, pad_to, softmax_finish,
-                                   softmax_start, unfold_rows)
+                                   online_softmax_step, out_and_lse_shapes, pad_to, scratch_read,
+                                   scratch_reset, scratch_write, softmax_finish, softmax_start,
+                                   tpu_row_tiles_params, tpu_softmax_scratch, unfold_rows)
 from pallas_kernels.masked_attention.tuned_block_sizes import BlockSizes, tuned_block_sizes
 
 VARIANTS = ("tpu", "gpu")
 _NO_WINDOW = np.iinfo(np.int32).max
-_LANES = 128  # TPU scratch rows hold the running max / sum replicated over a lane width.
 
 
 def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: float | None = None,
@@ -78,7 +78,7 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: f
   k, v = pad_to(k, 1, bk), pad_to(v, 1, bk)
   kmeta = pad_to(kmeta, 2, bk)  # Padded slots are dead (live = 0).
   if tree is not None:
-    tree = pad_to(pad_to(tree, 1, bq), 2, _LANES)
+    tree = pad_to(pad_to(tree, 1, bq), 2, 128)  # A lane-wide (and power-of-two) tree width.
   window = _NO_WINDOW if mask.window is None else mask.window
   window = jnp.reshape(jnp.asarray(window, jnp.int32), (1,))
   skip, live_blocks = _skip_table(qmeta, kmeta, rows, mask, bq, bk, window[0], tree is not None)
@@ -236,27 +236,22 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
 
   def kernel(skip_ref, live_ref, window_ref, q_ref, k_ref, v_ref, qmeta_ref, kmeta_ref, *refs):
     tree_ref = refs[0] if tree is not None else None
-    o_ref, lse_ref, m_ref, l_ref, acc_ref = refs[-5:]
+    o_ref, lse_ref, scratch = refs[-5], refs[-4], refs[-3:]
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
     def _init():
-      m_ref[...] = jnp.full(m_ref.shape, -jnp.inf, jnp.float32)
-      l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
-      acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+      scratch_reset(*scratch)
 
     @pl.when(skip_ref[(b * nq + i) * nk + j] == 0)  # Flat: SMEM holds 1-D arrays best.
     def _step():
-      m, l, acc = _tile(q_ref[...], k_ref[...], v_ref[...], qmeta_ref[...], kmeta_ref[...],
-                        None if tree_ref is None else tree_ref[...], window_ref[0],
-                        (m_ref[:, 0:1], l_ref[:, 0:1], acc_ref[...]), **tile_args)
-      m_ref[...] = jnp.broadcast_to(m, m_ref.shape)
-      l_ref[...] = jnp.broadcast_to(l, l_ref.shape)
-      acc_ref[...] = acc
+      scratch_write(*scratch, _tile(q_ref[...], k_ref[...], v_ref[...], qmeta_ref[...],
+                                    kmeta_ref[...], None if tree_ref is None else tree_ref[...],
+                                    window_ref[0], scratch_read(*scratch), **tile_args))
 
     @pl.when(j == nk - 1)
     def _write():
-      out, lse = _finish(m_ref[:, 0:1], l_ref[:, 0:1], acc_ref[...])
+      out, lse = _finish(*scratch_read(*scratch))
       o_ref[...] = out.astype(o_ref.dtype)
       lse_ref[...] = lse
 
@@ -280,12 +275,10 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
       num_scalar_prefetch=3, grid=(batch, kv_heads, nq, nk), in_specs=in_specs,
       out_specs=[pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j, *_: (b, h, i, 0)),
                  pl.BlockSpec((None, None, bq, 1), lambda b, h, i, j, *_: (b, h, i, 0))],
-      scratch_shapes=[pltpu.VMEM((bq, _LANES), jnp.float32), pltpu.VMEM((bq, _LANES), jnp.float32),
-                      pltpu.VMEM((bq, head_dim), jnp.float32)])
+      scratch_shapes=tpu_softmax_scratch(bq, head_dim))
   return pl.pallas_call(
       kernel, grid_spec=grid_spec, out_shape=out_and_lse_shapes(q),
-      compiler_params=pltpu.CompilerParams(
-          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+      compiler_params=tpu_row_tiles_params(),
       interpret=interpret)(skip.reshape(-1), live_blocks, window, *operands)
 
 
