@@ -345,7 +345,8 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
       (the default for shifted models), `Threshold(tau)`, `Factor(f)`, `Frechet(delta)`, or your
       own; their values (scalars, or one per row) are traced, so sweeping them does not recompile.
     cache: a `jaxdec.diffusion.DiffusionCache`: None (exact), `PrefixCache()` or `DualCache()`
-      (Fast-dLLM; approximate), or your own.
+      (Fast-dLLM; approximate), `PrefillingCache(...)` (long prompts: the dual cache over a few
+      chunks of the prompt chosen once, Prefilling-dLLM), or your own.
     temperature: >= 0, scalar or per row; > 0 needs `key` (a random confidence needs one too).
     cfg_scale: LLaDA's classifier-free guidance weight (0 = off; needs cache=None).
     logits_eos_inf, confidence_eos_eot_inf: LLaDA's EOS flags; the ids default to the model's

@@ -311,7 +311,7 @@ def _decoder(args, model, method: str, tokenizer=None, stream=None, stop_early: 
     gen, block, steps = _diffusion_shape(args)
     scheduler = _scheduler(args)
     cache = {None: None, "none": None, "prefix": diffusion.PrefixCache(),
-             "dual": diffusion.DualCache()}[args.cache]
+             "dual": diffusion.DualCache(), "prefilling": diffusion.PrefillingCache()}[args.cache]
     return lambda prompts: jaxdec.diffusion_generate(
         model, prompts, gen_length=gen, block_length=block, steps=steps, scheduler=scheduler,
         cache=cache, temperature=sampling, key=key, stop_early=stop_early or bool(args.stop_early),
@@ -554,6 +554,17 @@ def _cmd_bench(args) -> int:
     kforcing.run(args.model, args.student, batch_sizes=tuple(args.batch_sizes),
                  new_tokens=args.new_tokens, repeats=args.repeats, out=args.out,
                  task=None if args.task == "code" else args.task)
+  elif args.suite == "prefilling":
+    from jaxdec.bench import prefilling
+    from jaxdec.diffusion import PrefillingCache
+
+    cache = PrefillingCache(chunk_size=args.chunk_size, top_k=args.top_k,
+                            query_tokens=args.query_tokens, score=args.score,
+                            positions=args.positions, token_capacity=args.token_capacity)
+    prefilling.run(args.model, tuple(args.lengths), prompts=args.prompts,
+                   gen_length=args.gen_length, continuation=args.continuation,
+                   elbo_samples=args.elbo_samples, cache=cache, repeats=args.repeats,
+                   out=args.out)
   elif args.suite == "kernels":
     from jaxdec.bench import kernels
 
@@ -776,6 +787,34 @@ def _add_kernels_bench(suites):
   return kn
 
 
+def _add_prefilling_bench(suites):
+  """`jaxdec bench prefilling`'s parser."""
+  pf = suites.add_parser("prefilling", help="Prefilling-dLLM's chunk-sparse long-prompt decoding "
+                                            "vs dense (threshold + dual cache): tokens/s and the "
+                                            "continuation's bits per byte by context length")
+  pf.add_argument("--model", default="zoo:pycode-dlm", help="a masked-diffusion model")
+  pf.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8160],
+                  help="prompt lengths in tokens (prompt + gen_length within the model's "
+                       "positions), one row each")
+  pf.add_argument("--prompts", type=int, default=3, help="long code prompts per length")
+  pf.add_argument("--gen-length", type=int, default=32, help="tokens generated (one block)")
+  pf.add_argument("--continuation", type=int, default=64,
+                  help="tokens of the true continuation scored (ELBO)")
+  pf.add_argument("--elbo-samples", type=int, default=8, help="masks per ELBO estimate")
+  pf.add_argument("--chunk-size", type=int, default=256, help="context tokens per chunk")
+  pf.add_argument("--top-k", type=int, default=4, help="chunks kept")
+  pf.add_argument("--query-tokens", type=int, default=64,
+                  help="the prompt's last tokens, always kept (the query)")
+  pf.add_argument("--score", default="draft", choices=("draft", "keys"), help="chunk score")
+  pf.add_argument("--positions", default="continuous", choices=("continuous", "reuse"),
+                  help="where the kept chunks and the query sit")
+  pf.add_argument("--token-capacity", type=int, default=None,
+                  help="tokens kept per chunk (default: all)")
+  pf.add_argument("--repeats", type=int, default=1, help="timed runs per prompt (interleaved)")
+  pf.add_argument("--out", default="bench_results/prefilling.json", help="JSON output path")
+  return pf
+
+
 def _add_ar_bench(suites):
   """`jaxdec bench ar`'s parser."""
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
@@ -795,7 +834,7 @@ def _add_ar_bench(suites):
 
 
 def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels`."""
+  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels | prefilling`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = _add_ar_bench(suites)
@@ -851,7 +890,8 @@ def _add_bench_parser(sub) -> None:
   kf = _add_kforcing_bench(suites)
   ea = _add_eagle_bench(suites)
   kn = _add_kernels_bench(suites)
-  for suite in (ar, sp, df, kf, ea, kn):
+  pf = _add_prefilling_bench(suites)
+  for suite in (ar, sp, df, kf, ea, kn, pf):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 
@@ -930,9 +970,10 @@ def _add_diffusion_flags(gen) -> None:
                     help="--scheduler threshold: commit every mask this confident (left out: 0.9)")
   dllm.add_argument("--factor", type=float, help="--scheduler factor: its f (left out: 1.0)")
   dllm.add_argument("--delta", type=float, help="--scheduler frechet: its delta (left out: 0.25)")
-  dllm.add_argument("--cache", choices=("none", "prefix", "dual"),
-                    help="none (exact), or Fast-dLLM's approximate prefix / dual KV cache; left "
-                         "out: none")
+  dllm.add_argument("--cache", choices=("none", "prefix", "dual", "prefilling"),
+                    help="none (exact), Fast-dLLM's approximate prefix / dual KV cache, or "
+                         "prefilling (long prompts: the dual cache over the 4 most relevant "
+                         "256-token chunks of the prompt and its last 64 tokens); left out: none")
   dllm.add_argument("--gen-length", type=_positive_int,
                     help="canvas tokens per prompt, a multiple of --block-length (left out: "
                          "--max-new-tokens)")

@@ -14,6 +14,7 @@ from jaxdec.diffusion.cora import Persistence
 from jaxdec.diffusion.dream import Dream
 from jaxdec.diffusion.fast_dllm import Factor, Frechet, Threshold
 from jaxdec.diffusion.llada import FixedSteps
+from jaxdec.diffusion.prefilling import PrefillingCache
 from jaxdec.diffusion.proposals import EosFlags
 from jaxdec.diffusion.sampler import Denoiser, ModelDenoiser, denoise, diffusion_generate
 from jaxdec.diffusion.rps import RipplePivot
@@ -26,5 +27,5 @@ __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet",
            "FirstStepConfidence", "Persistence", "Scaffold",
            "RipplePivot", "AsyncLane",
-           "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache",
+           "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache", "PrefillingCache",
            "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "EosFlags"]

@@ -60,7 +60,9 @@ class CanvasView:
 
 class DiffusionCache(Protocol):
   """A pytree (e.g. a flax.struct.dataclass): settings as static fields, swept values as
-  leaves."""
+  leaves. Optional: `prepare(denoiser, prompt, prompt_lengths) -> (denoiser, prompt,
+  prompt_lengths, cache)`, run once before the loop, may replace what the sampler decodes (a
+  cache that keeps only parts of a long prompt: prefilling.py)."""
 
   def check(self, guided: bool) -> None:
     """Raise ValueError if this cache cannot serve the call (`guided`: classifier-free guidance)."""
@@ -168,15 +170,21 @@ class _Refreshed:
     size = self.query_length(view)
     return first, jnp.minimum(size, view.lengths - first), size
 
+  def _base(self, state, denoiser, batch: int, width: int):
+    """(the cache a refresh writes the canvas into, i32[B] or 0: the fixed entries it keeps in
+    front of the canvas; none here, see prefilling.py)."""
+    return denoiser.init_cache(batch, width), 0
+
   def _refresh(self, state, denoiser, view: CanvasView):
     batch, width = view.x.shape
     first, real, _ = self._window(view)
     order = slot_order(first, real, view.lengths, width)
-    h, fresh = denoiser.hidden(jnp.take_along_axis(view.x, order, axis=1), order,
-                               denoiser.init_cache(batch, width), view.lengths)
+    base, kept_before = self._base(state, denoiser, batch, width)
+    h, fresh = denoiser.hidden(jnp.take_along_axis(view.x, order, axis=1), order, base,
+                               view.lengths)
     logits = denoiser.logits(h, positions(batch, view.window, view.lengths - real))
     go = view.active & (view.step == 0)
-    kept = fresh.with_length(view.lengths - real).where(go, state)
+    kept = fresh.with_length(kept_before + view.lengths - real).where(go, state)
     return logits, go, kept
 
   def _cached(self, state, denoiser, view: CanvasView):

@@ -280,6 +280,8 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
   if (eos.logits_eos_inf or eos.confidence_eos_eot_inf) and (eos.eos_id is None or eos.eot_id is None):
     raise ValueError(f"the EOS flags need eos_id and eot_id, got {eos}")
   cache.check(cfg_scale is not None)
+  if hasattr(cache, "prepare"):  # Once per prompt, before the loop: see `DiffusionCache`.
+    denoiser, prompt, prompt_lengths, cache = cache.prepare(denoiser, prompt, prompt_lengths)
   stop_tokens = jnp.zeros((0,), jnp.int32) if stop_tokens is None else jnp.asarray(stop_tokens, jnp.int32)
   batch, width = prompt.shape
   if cfg_scale is not None:
@@ -340,7 +342,7 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
       Factor(f), Frechet(delta), or your own; on a shifted model (Dream) position i is
       predicted by output i - 1.
     cache: a `DiffusionCache`: None / NoCache() (exact), PrefixCache() or DualCache()
-      (Fast-dLLM, approximate), or your own.
+      (Fast-dLLM, approximate), PrefillingCache() (long prompts: Prefilling-dLLM), or your own.
     temperature: f32 scalar or [B]; LLaDA-family rows draw with Gumbel noise, Dream rows from
       the tempered softmax.
     cfg_scale: LLaDA's classifier-free guidance weight w (None = off, a static switch; the value
