@@ -558,12 +558,13 @@ def _cmd_bench(args) -> int:
     from jaxdec.bench import prefilling
     from jaxdec.diffusion import PrefillingCache
 
-    cache = PrefillingCache(chunk_size=args.chunk_size, top_k=args.top_k,
-                            query_tokens=args.query_tokens, score=args.score,
-                            positions=args.positions, token_capacity=args.token_capacity)
+    caches = {f"{score} score": PrefillingCache(
+        chunk_size=args.chunk_size, top_k=args.top_k, query_tokens=args.query_tokens,
+        score=score, positions=args.positions, token_capacity=args.token_capacity)
+        for score in args.score}
     prefilling.run(args.model, tuple(args.lengths), prompts=args.prompts,
                    gen_length=args.gen_length, continuation=args.continuation,
-                   elbo_samples=args.elbo_samples, cache=cache, repeats=args.repeats,
+                   elbo_samples=args.elbo_samples, caches=caches, repeats=args.repeats,
                    out=args.out)
   elif args.suite == "kernels":
     from jaxdec.bench import kernels
@@ -805,7 +806,8 @@ def _add_prefilling_bench(suites):
   pf.add_argument("--top-k", type=int, default=4, help="chunks kept")
   pf.add_argument("--query-tokens", type=int, default=64,
                   help="the prompt's last tokens, always kept (the query)")
-  pf.add_argument("--score", default="draft", choices=("draft", "keys"), help="chunk score")
+  pf.add_argument("--score", nargs="+", default=["draft"], choices=("draft", "keys"),
+                  help="chunk scores, one sparse row each")
   pf.add_argument("--positions", default="continuous", choices=("continuous", "reuse"),
                   help="where the kept chunks and the query sit")
   pf.add_argument("--token-capacity", type=int, default=None,

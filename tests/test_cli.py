@@ -210,7 +210,8 @@ def test_eval_task_prints_what_the_api_measures(gsm_models, name, flags, capsys)
 
 def test_eval_window_defaults_to_the_training_window(model, tmp_path, monkeypatch, capsys):
   """Before: 256 tokens whatever the model, so pycode-dlm's recorded 1.37 bits/byte (512-token
-  windows) came out as 1.42."""
+  windows) came out as 1.42. Its long-context stage trains on 4096-token windows and records
+  its figure on 512 (the recipe's eval_seq_len), so eval uses 512."""
   from jaxdec import corpus
   from jaxdec.train import evaluate
   from tiny import tiny_config
@@ -228,8 +229,8 @@ def test_eval_window_defaults_to_the_training_window(model, tmp_path, monkeypatc
   assert "windows of 512 tokens" in capsys.readouterr().out
   assert cli.main(["eval", "--model", "zoo:pycode-dlm", "--seq-len", "128"]) == 0
   assert windows == [512, 128]
-  assert cli.main(["eval", "--model", "zoo:pycode-dlm", "--seq-len", "4096"]) == 2
-  assert "--seq-len must be in [2, 512]" in capsys.readouterr().err
+  assert cli.main(["eval", "--model", "zoo:pycode-dlm", "--seq-len", "16384"]) == 2
+  assert "--seq-len must be in [2, 8192]" in capsys.readouterr().err
   assert evaluate.eval_window("zoo:pycode-ar", jaxdec.load("zoo:pycode-ar").config) == 256
   # Without a recipe: the model's own context length.
   assert evaluate.eval_window(str(tmp_path), tiny_config(max_position_embeddings=2048)) == 2048

@@ -80,15 +80,16 @@ def bits_per_byte(model, tokenizer, prompt, continuation, cache, samples: int, s
   return float(np.mean(nats)) / math.log(2) / max(size, 1)
 
 
-def run(model_path: str = "zoo:pycode-dlm", lengths=(2048, 4096, 8192), prompts: int = 3,
+def run(model_path: str = "zoo:pycode-dlm", lengths=(2048, 4096, 8160), prompts: int = 3,
         gen_length: int = 32, continuation: int = 64, elbo_samples: int = 8,
-        cache: PrefillingCache | None = None, threshold: float = 0.9, repeats: int = 1,
-        out: str | None = None) -> dict:
-  """One row per context length: dense vs sparse tokens/s, speedup, bits per byte, agreement."""
+        caches: dict[str, PrefillingCache] | None = None, threshold: float = 0.9,
+        repeats: int = 1, out: str | None = None) -> dict:
+  """One row per context length and sparse setting (`caches`: name -> PrefillingCache; default
+  the paper's draft score): dense vs sparse tokens/s, speedup, bits per byte, agreement."""
   from jaxdec import load, load_tokenizer
   from jaxdec.corpus import long_context_prompts
 
-  cache = PrefillingCache() if cache is None else cache
+  caches = {"draft score": PrefillingCache()} if caches is None else caches
   model, tokenizer = load(model_path), load_tokenizer(model_path)
   timer = Timer()
   limit = model.config.max_position_embeddings
@@ -101,35 +102,36 @@ def run(model_path: str = "zoo:pycode-dlm", lengths=(2048, 4096, 8192), prompts:
     kw = dict(gen_length=gen_length, block_length=gen_length, steps=gen_length,
               scheduler=Threshold(threshold))
     call = lambda p, c: jax.block_until_ready(api.diffusion_generate(model, [p], cache=c, **kw))
-    calls = {name: [lambda p=p, c=c: call(p, c) for p, _ in tasks]
-             for name, c in (("dense", DualCache()), ("sparse", cache))}
+    settings = {"dense": DualCache(), **caches}
+    calls = {name: [lambda p=p, c=c: call(p, c) for p, _ in tasks] for name, c in settings.items()}
     outs = {name: [fn() for fn in fns] for name, fns in calls.items()}  # Compiles once each.
     seconds = {name: [] for name in calls}
     for i in range(len(tasks)):
       times = timer.interleaved({name: fns[i] for name, fns in calls.items()}, repeats)
       for name in calls:
         seconds[name].append(times[name])
-    dense_bpb = [bits_per_byte(model, tokenizer, p, t[:continuation], None, elbo_samples, i)
-                 for i, (p, t) in enumerate(tasks)]
-    sparse_bpb = [bits_per_byte(model, tokenizer, p, t[:continuation], cache, elbo_samples, i)
-                  for i, (p, t) in enumerate(tasks)]
-    agree = np.mean([np.mean(np.asarray(a.tokens) == np.asarray(b.tokens))
-                     for a, b in zip(outs["dense"], outs["sparse"])])
+    bpb = {name: np.mean([bits_per_byte(model, tokenizer, p, t[:continuation],
+                                        None if name == "dense" else c, elbo_samples, i)
+                          for i, (p, t) in enumerate(tasks)])
+           for name, c in settings.items()}
     tps = {name: gen_length / float(np.median(s)) for name, s in seconds.items()}
-    rows.append({"context": length, "prompt tokens": int(np.mean([len(p) for p, _ in tasks])),
-                 "dense tok/s": tps["dense"], "sparse tok/s": tps["sparse"],
-                 "speedup": tps["sparse"] / tps["dense"],
-                 "dense bits/byte": float(np.mean(dense_bpb)),
-                 "sparse bits/byte": float(np.mean(sparse_bpb)),
-                 "bits/byte change %": 100 * (np.mean(sparse_bpb) / np.mean(dense_bpb) - 1),
-                 "token agreement": float(agree)})
-    print(f"context {length}: {rows[-1]['speedup']:.2f}x, bits/byte "
-          f"{rows[-1]['dense bits/byte']:.3f} -> {rows[-1]['sparse bits/byte']:.3f}", flush=True)
-  columns = ["context", "prompt tokens", "dense tok/s", "sparse tok/s", "speedup",
+    for name in caches:
+      agree = np.mean([np.mean(np.asarray(a.tokens) == np.asarray(b.tokens))
+                       for a, b in zip(outs["dense"], outs[name])])
+      rows.append({"context": length, "sparse": name,
+                   "prompt tokens": int(np.mean([len(p) for p, _ in tasks])),
+                   "dense tok/s": tps["dense"], "sparse tok/s": tps[name],
+                   "speedup": tps[name] / tps["dense"], "dense bits/byte": float(bpb["dense"]),
+                   "sparse bits/byte": float(bpb[name]),
+                   "bits/byte change %": float(100 * (bpb[name] / bpb["dense"] - 1)),
+                   "token agreement": float(agree)})
+      print(f"context {length}, {name}: {rows[-1]['speedup']:.2f}x, bits/byte "
+            f"{bpb['dense']:.3f} -> {bpb[name]:.3f}", flush=True)
+  columns = ["context", "sparse", "prompt tokens", "dense tok/s", "sparse tok/s", "speedup",
              "dense bits/byte", "sparse bits/byte", "bits/byte change %", "token agreement"]
-  settings = {f: getattr(cache, f) for f in ("chunk_size", "top_k", "query_tokens", "score",
-                                             "draft_tokens", "positions", "token_capacity")}
+  fields = ("chunk_size", "top_k", "query_tokens", "score", "draft_tokens", "positions",
+            "token_capacity")
   return report(rows, columns, timer, {
       "suite": "prefilling", "model": model_path, "prompts": prompts, "gen_length": gen_length,
       "continuation": continuation, "elbo_samples": elbo_samples, "threshold": threshold,
-      "cache": settings}, out)
+      "caches": {name: {f: getattr(c, f) for f in fields} for name, c in caches.items()}}, out)

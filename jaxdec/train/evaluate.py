@@ -16,13 +16,13 @@ from jaxdec.model import BlockCausal, Model, ModelConfig, forward
 from jaxdec.train.objectives import BlockDiffusion, MaskedDiffusion
 
 def eval_window(path: str, config: ModelConfig) -> int:
-  """The window `jaxdec eval` uses for the model at `path`: the seq_len of the recipe it was
-  trained and evaluated with (its zoo.json metadata), so figures match the recorded ones; else
+  """The window `jaxdec eval` uses for the model at `path`: the window its recipe evaluated with
+  (its zoo.json metadata: eval_seq_len, else seq_len), so figures match the recorded ones; else
   the model's own context length, max_position_embeddings (the most context it can use)."""
   from jaxdec import io, zoo
 
   recipe = zoo.metadata(io.resolve(path)).get("recipe", {})
-  window = recipe.get("seq_len")
+  window = recipe.get("eval_seq_len") or recipe.get("seq_len")
   if isinstance(window, int) and 2 <= window <= config.max_position_embeddings:
     return window
   return config.max_position_embeddings

@@ -70,6 +70,9 @@ class TrainConfig:
   init_from: str | None = None  # A model path ('zoo:...' or dir) whose weights start the run.
   eval_every: int = 200
   eval_windows: int = 32
+  # The window of the exported model's validation figure (None: seq_len). A long-context stage
+  # keeps its predecessors' window, so the figures compare (and scoring stays cheap).
+  eval_seq_len: int | None = None
   checkpoint_every: int = 100
   export_dtype: str = "float16"  # Shipping dtype (fp16 keeps 3 more mantissa bits than bf16).
   part: Any = None  # A Trainable; None: FullModel(model, init_std, init_from).
@@ -88,6 +91,11 @@ class TrainConfig:
       value = getattr(self, field)
       if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise ValueError(f"TrainConfig.{field} must be an int >= {least}, got {value!r}")
+    if self.eval_seq_len is not None and (isinstance(self.eval_seq_len, bool) or
+                                          not isinstance(self.eval_seq_len, int) or
+                                          self.eval_seq_len < 2):
+      raise ValueError(f"TrainConfig.eval_seq_len must be None or an int >= 2, got "
+                       f"{self.eval_seq_len!r}")
     if not 0 <= self.warmup_steps < self.steps:
       raise ValueError(f"TrainConfig.warmup_steps must be in [0, steps), got warmup_steps="
                        f"{self.warmup_steps} with steps={self.steps}")

@@ -93,12 +93,13 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   model = _rounded(trainer.to_model(), cfg.export_dtype)
 
   val_texts = source.documents("validation")
+  window = cfg.eval_seq_len or cfg.seq_len
   evals = {f"{source.name}_validation": bits_per_byte(model, tokenizer, val_texts,
-                                                      seq_len=cfg.seq_len)}
+                                                      seq_len=window)}
   if third_party_dir:
     texts, _ = corpus.read_texts(corpus.list_python_files(third_party_dir))
     # The directory's name, not its path: the metadata ships, the machine it was made on doesn't.
-    evals["third_party"] = dict(bits_per_byte(model, tokenizer, texts, seq_len=cfg.seq_len),
+    evals["third_party"] = dict(bits_per_byte(model, tokenizer, texts, seq_len=window),
                                 directory=os.path.basename(os.path.normpath(third_party_dir)))
   meta = _metadata(cfg, trainer, model.params, evals, wall, start_step, workdir)
   meta.update(lineage(cfg.init_from, meta))

@@ -171,3 +171,22 @@ def test_sparse_elbo_equals_the_dense_one_on_the_prompt_it_keeps():
   np.testing.assert_allclose(float(sparse), float(dense), rtol=1e-5)
   whole = _dense_nll(model, jnp.asarray([prompt], jnp.int32), continuation, mask)
   assert abs(float(whole) - float(dense)) > 1e-3  # The prefix matters.
+
+
+def test_bench_command_compares_each_score_with_dense(tmp_path):
+  """`jaxdec bench prefilling` at a toy size: one row per score, ratios from the same run."""
+  import json
+
+  from jaxdec import cli
+
+  out = tmp_path / "prefilling.json"
+  assert cli.main(["bench", "prefilling", "--lengths", "300", "--prompts", "1", "--gen-length",
+                   "8", "--continuation", "8", "--elbo-samples", "1", "--chunk-size", "64",
+                   "--query-tokens", "16", "--score", "draft", "keys", "--out", str(out)]) == 0
+  rows = json.loads(out.read_text())["rows"]
+  assert [r["sparse"] for r in rows] == ["draft score", "keys score"]
+  for r in rows:
+    assert r["speedup"] == pytest.approx(r["sparse tok/s"] / r["dense tok/s"])
+    assert r["dense bits/byte"] > 0 and r["sparse bits/byte"] > 0
+    assert r["bits/byte change %"] == pytest.approx(
+        100 * (r["sparse bits/byte"] / r["dense bits/byte"] - 1))

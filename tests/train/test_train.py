@@ -278,6 +278,7 @@ def test_certainty_forcing_adds_the_entropy_of_correct_predictions():
     ("batch_size", 0, "batch_size must be an int >= 1, got 0"),
     ("seq_len", 1, "seq_len must be an int >= 2, got 1"),
     ("seq_len", 256, "seq_len=256 exceeds the model's max_position_embeddings=128"),
+    ("eval_seq_len", 1, "eval_seq_len must be None or an int >= 2, got 1"),
     ("learning_rate", 0.0, "learning_rate must be positive, got 0.0"),
     ("learning_rate", -1e-3, "learning_rate must be positive"),
 ])

@@ -10,6 +10,7 @@ import pytest
 import jaxdec
 from jaxdec import spec, zoo
 from jaxdec import corpus
+from jaxdec.train import evaluate
 from jaxdec.train.evaluate import bits_per_byte
 
 ZOO = ("pycode-ar", "pycode-draft", "pycode-dlm")
@@ -38,12 +39,12 @@ def _recorded(name: str) -> float:
 @pytest.fixture(scope="module")
 def sample_bpb():
   """name -> bits per byte of its sample, each computed once, as the zoo recipe evaluates
-  (fp32, the recipe's seq_len), with the model's own tokenizer."""
+  (fp32, the recipe's evaluation window), with the model's own tokenizer."""
   cache = {}
 
   def compute(name):
     if name not in cache:
-      seq_len = zoo.metadata(zoo.resolve(name))["recipe"]["seq_len"]
+      seq_len = evaluate.eval_window(f"zoo:{name}", jaxdec.load(f"zoo:{name}").config)
       cache[name] = bits_per_byte(jaxdec.load(f"zoo:{name}"), jaxdec.load_tokenizer(f"zoo:{name}"),
                                   _sample_texts(SAMPLE[name][0]), seq_len=seq_len, batch=8)
     return cache[name]["bits_per_byte"]
