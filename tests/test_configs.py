@@ -14,13 +14,14 @@ def test_every_zoo_recipe_loads_by_name_and_by_path():
   assert configs.available() == ["zoo:gsm-ar", "zoo:gsm-dlm", "zoo:gsm-dlm-confidence",
                                  "zoo:gsm-dlm-refine", "zoo:gsm-draft", "zoo:gsm-eagle3",
                                  "zoo:gsm-kforcing", "zoo:gsm-mtp", "zoo:pycode-ar",
-                                 "zoo:pycode-dlm", "zoo:pycode-dlm-refine", "zoo:pycode-draft",
+                                 "zoo:pycode-dlm", "zoo:pycode-dlm-long", "zoo:pycode-dlm-refine", "zoo:pycode-draft",
                                  "zoo:pycode-eagle3", "zoo:pycode-mtp"]
   for name in configs.available():
     cfg = configs.load_config(name)
     assert isinstance(cfg, TrainConfig)
     assert configs.load_config(configs.config_path(name)) == cfg
-  for stage in ("zoo:pycode-dlm-refine", "zoo:gsm-dlm-refine", "zoo:gsm-dlm-confidence"):
+  for stage in ("zoo:pycode-dlm-refine", "zoo:pycode-dlm-long", "zoo:gsm-dlm-refine",
+                "zoo:gsm-dlm-confidence"):
     assert configs.load_config(stage).init_from == stage.rsplit("-", 1)[0]
 
 

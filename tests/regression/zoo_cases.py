@@ -2,7 +2,8 @@
 
 `zoo_outputs.npz` was written by `python tests/regression/zoo_cases.py --write` at commit
 f36389d (the last commit before the redesign), on the shipped pycode-ar / pycode-draft /
-pycode-dlm. `test_regression.py` reruns every case with today's code and asserts the same
+pycode-dlm. The diffusion cases were re-recorded when pycode-dlm's weights changed (its
+long-context stage), with code that reproduced the earlier recording on the earlier weights. `test_regression.py` reruns every case with today's code and asserts the same
 tokens, lengths and forward counts. The case functions are written in today's public API; what
 they compute must not change.
 """

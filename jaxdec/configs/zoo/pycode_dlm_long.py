@@ -22,7 +22,7 @@ from jaxdec.train.objectives import MaskedDiffusion
 def get_config():
   stage2 = load_config("zoo:pycode-dlm-refine")
   model = dataclasses.replace(stage2.model, max_position_embeddings=8192)
-  return dataclasses.replace(stage2, name="pycode-dlm-long", model=model,
+  return dataclasses.replace(stage2, model=model,
                              objective=MaskedDiffusion(prefix_fraction=0.5), steps=180,
                              batch_size=1, seq_len=4096, learning_rate=3e-4, warmup_steps=20,
                              seed=2, init_from="zoo:pycode-dlm", eval_every=90, eval_windows=4,
