@@ -12,6 +12,7 @@ from jaxdec.diffusion.confidence import (Confidence, Margin, NegEntropy, Probabi
                                          RandomConfidence)
 from jaxdec.diffusion.cora import Persistence
 from jaxdec.diffusion.dream import Dream
+from jaxdec.diffusion.editing import Editing
 from jaxdec.diffusion.fast_dllm import Factor, Frechet, Threshold
 from jaxdec.diffusion.llada import FixedSteps
 from jaxdec.diffusion.prefilling import PrefillingCache
@@ -24,7 +25,7 @@ from jaxdec.diffusion.schedulers import (Decision, Ranked, Scheduler, StepView, 
 
 __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "Scheduler", "StepView", "Decision", "Ranked", "rank_confidence", "commit", "filled", "top",
-           "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet",
+           "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet", "Editing",
            "FirstStepConfidence", "Persistence", "Scaffold",
            "RipplePivot", "AsyncLane",
            "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache", "PrefillingCache",

@@ -316,7 +316,8 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
   stats = {"nfe": state.nfe, "forwards": state.forwards, "committed": state.committed,
            "lookaheads": state.lookaheads, "lookahead_sequences": state.hypotheses,
            "decoded": decoded,
-           "tokens_per_forward": decoded.astype(jnp.float32) / state.nfe.astype(jnp.float32)}
+           "tokens_per_forward": decoded.astype(jnp.float32) / state.nfe.astype(jnp.float32),
+           "scheduler": state.scheduler}
   return DecodeOutput(tokens=tokens, lengths=rows_until_stop(tokens, stop_tokens), stats=stats)
 
 
@@ -368,7 +369,7 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
     stopped early), `tokens_per_forward` f32[B] = decoded / nfe, `forwards` i32[]
     batched forwards, `committed` i32[B, gen_length]: masks that row b's n-th forward filled
     (0 for a scheduler's lookahead forwards and for n >= nfe; forwards past the gen_length-th
-    are not recorded).
+    are not recorded); `scheduler`: the scheduler's final state (e.g. `Editing`'s edit counts).
   """
   if config.is_causal:
     raise ValueError("the diffusion sampler needs a bidirectional model; this config is causal "

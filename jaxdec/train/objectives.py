@@ -208,6 +208,12 @@ class BlockDiffusion:
   # rarely frame a masked token that way, and a model trained only on them copies a nearby digit
   # with confidence when decoding reaches it. Not an ELBO either.
   confidence_fraction: float = struct.field(pytree_node=False, default=0.0)
+  # Token-to-token editing training (LLaDA2.1's T2T): this fraction of each row's given scored
+  # tokens (those the mask left) is replaced by random tokens in the noisy stream, and the model
+  # is scored on recovering the true token there too (CE weighted `edit_weight`, not part of the
+  # ELBO), so that a sampler may revise committed tokens (`jaxdec.diffusion.Editing`).
+  edit_fraction: float = struct.field(pytree_node=False, default=0.0)
+  edit_weight: float = struct.field(pytree_node=False, default=1.0)
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """(f32[R]: sum over masked positions of CE / p_mask, masked bool[R, L], logits aligned with
@@ -217,7 +223,8 @@ class BlockDiffusion:
 
   def _run(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """weighted_nll's triple, then f32[B]: the clean stream's next-token CE summed over scored
-    tokens (shifted configs; zeros otherwise)."""
+    tokens (shifted configs; zeros otherwise), the edited positions bool[R, L] and the noisy
+    stream's tokens i32[R, L] (masks and edits in place)."""
     if not isinstance(config.attention, BlockCausal) or config.mask_token_id is None:
       raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with mask_token_id "
                        f"set, got attention={config.attention!r}, mask_token_id={config.mask_token_id}")
@@ -225,6 +232,8 @@ class BlockDiffusion:
       raise ValueError("BlockDiffusion.ar_weight needs a clean stream that is causal: "
                        "BlockCausal(causal_given=True) with shifted_logits, got "
                        f"attention={config.attention!r}, shifted_logits={config.shifted_logits}")
+    if not 0.0 <= self.edit_fraction <= 1.0:
+      raise ValueError(f"BlockDiffusion.edit_fraction must lie in [0, 1], got {self.edit_fraction}")
     if not 0.0 <= self.suffix_fraction + self.confidence_fraction <= 1.0:
       raise ValueError("BlockDiffusion's suffix_fraction + confidence_fraction must lie in "
                        f"[0, 1], got {self.suffix_fraction} + {self.confidence_fraction}")
@@ -263,23 +272,36 @@ class BlockDiffusion:
       two = lambda a: jnp.concatenate([a, a])
       masked = jnp.concatenate([masked, scored & ~masked])
       p_mask = jnp.concatenate([p_mask, jnp.maximum(1.0 - p_mask, self.eps)])
-      tokens, blocks, starts = two(tokens), two(blocks), two(starts)
-    clean, logits = _block_logits(params, tokens, jnp.where(masked, config.mask_token_id, tokens),
-                                  blocks, starts, config)
+      tokens, blocks, starts, scored = two(tokens), two(blocks), two(starts), two(scored)
+    noisy = jnp.where(masked, config.mask_token_id, tokens)
+    edited = jnp.zeros_like(masked)
+    if self.edit_fraction:  # Own keys: the other draws stay what they were without editing.
+      e_key, r_key = jax.random.split(jax.random.fold_in(key, 1))
+      edited = scored & ~masked & (jax.random.uniform(e_key, tokens.shape) < self.edit_fraction)
+      noise = jax.random.randint(r_key, tokens.shape, 0, config.vocab_size - 1, jnp.int32)
+      noise = noise + (noise >= config.mask_token_id).astype(jnp.int32)  # Never the mask.
+      noisy = jnp.where(edited, noise, noisy)
+    clean, logits = _block_logits(params, tokens, noisy, blocks, starts, config)
     ar_nll = jnp.zeros((batch,), jnp.float32)
     if self.ar_weight:  # The clean stream's output i - 1 predicts token i.
       clean = jnp.concatenate([clean[:batch, :1], clean[:batch, :-1]], axis=1)
       ce = optax.softmax_cross_entropy_with_integer_labels(clean, tokens[:batch])
-      ar_nll = jnp.sum(jnp.where(scored, ce, 0.0), axis=1)
+      ar_nll = jnp.sum(jnp.where(scored[:batch], ce, 0.0), axis=1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
-    return jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1), masked, logits, ar_nll
+    per_seq = jnp.sum(jnp.where(masked, nll / p_mask, 0.0), axis=1)
+    if self.edit_fraction:
+      per_seq = per_seq + self.edit_weight * jnp.sum(jnp.where(edited, nll, 0.0), axis=1)
+    return per_seq, masked, logits, ar_nll, edited, noisy
 
   def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del target
-    per_seq, masked, _, ar_nll = self._run(params, tokens, key, part.config, scored=scored)
+    per_seq, masked, _, ar_nll, edited, _ = self._run(params, tokens, key, part.config,
+                                                      scored=scored)
     count = tokens.size if scored is None else jnp.maximum(jnp.sum(scored), 1)
     elbo = jnp.sum(per_seq) / (count * (2 if self.complementary else 1))  # Mean of the estimates.
     metrics = {"elbo_nll": elbo, "masked_frac": jnp.mean(masked.astype(jnp.float32))}
+    if self.edit_fraction:
+      metrics["edited_frac"] = jnp.mean(edited.astype(jnp.float32))
     if not self.ar_weight:
       return elbo, metrics
     ar = jnp.sum(ar_nll) / count

@@ -86,7 +86,8 @@ def test_prefix_cache_is_exact_for_block_causal(causal_given):
 
 
 @pytest.mark.parametrize("scheduler", [diffusion.Threshold(0.5), diffusion.FirstStepConfidence(0.5),
-                                       diffusion.RipplePivot(0.5), diffusion.AsyncLane(0.5)],
+                                       diffusion.RipplePivot(0.5), diffusion.AsyncLane(0.5),
+                                       diffusion.Editing(0.5, 0.3, max_post_steps=3)],
                          ids=lambda s: type(s).__name__)
 def test_block_causal_cache_never_holds_rows_back(scheduler):
   """On a block-causal model the caches grow a block at a time instead of refreshing, so rows
@@ -234,3 +235,55 @@ def test_complementary_masks_cover_every_scored_token_once():
   first, second = np.asarray(masked[:3]), np.asarray(masked[3:])
   np.testing.assert_array_equal(first ^ second, np.asarray(scored))  # Each scored token once.
   assert not (first & second).any() and first.any() and second.any()
+
+
+@pytest.mark.parametrize("complementary", [False, True])
+def test_edit_training_corrupts_given_tokens_and_scores_them(complementary):
+  """T2T editing training: only given (unmasked, scored) tokens are replaced, never by the mask;
+  their logits are what decoding computes on the corrupted block; the loss adds their CE."""
+  model = _model(False)
+  prompt, length = 6, 22
+  tokens = jax.random.randint(jax.random.key(11), (2, length), 4, 128)
+  scored = jnp.broadcast_to(jnp.arange(length) >= prompt, (2, length))
+  t = jnp.full((2,), 0.5)
+  objective = BlockDiffusion(edit_fraction=0.5, edit_weight=0.7, complementary=complementary)
+  per_seq, masked, logits, _, edited, noisy = objective._run(
+      model.params, tokens, jax.random.key(12), model.config, t=t, scored=scored)
+  plain, plain_masked, _ = BlockDiffusion(complementary=complementary).weighted_nll(
+      model.params, tokens, jax.random.key(12), model.config, t=t, scored=scored)
+  np.testing.assert_array_equal(masked, plain_masked)  # Editing leaves the masks' draws alone.
+  rows = 4 if complementary else 2
+  tokens_r = np.asarray(jnp.concatenate([tokens, tokens]) if complementary else tokens)
+  scored_r = np.tile(np.asarray(scored), (rows // 2, 1))
+  edited, noisy, masked = np.asarray(edited), np.asarray(noisy), np.asarray(masked)
+  assert edited.sum() >= 8 and not (edited & (masked | ~scored_r)).any()
+  assert (noisy[edited] != MASK).all() and (noisy[masked] == MASK).all()
+  np.testing.assert_array_equal(noisy[~edited & ~masked], tokens_r[~edited & ~masked])
+  ce = np.asarray(optax_ce(logits, tokens_r))
+  p_mask = (1 - 1e-3) * 0.5 + 1e-3
+  p = np.where(np.arange(rows)[:, None] < 2, p_mask, max(1 - p_mask, 1e-3))
+  want = (np.where(masked, ce / p, 0).sum(1) + 0.7 * np.where(edited, ce, 0).sum(1))
+  np.testing.assert_allclose(per_seq, want, rtol=1e-5)
+  assert not np.allclose(per_seq, plain)
+  offset = (-prompt) % SIZE  # Decoding's logits of row 0's corrupted blocks.
+  for start in range(prompt, length, SIZE):
+    end = min(start + SIZE, length)
+    fed = jnp.concatenate([tokens[:1, :start], jnp.asarray(noisy[:1, start:end])], axis=1)
+    out, _, _ = forward(model.params, fed, jnp.arange(end)[None, :] + offset, config=model.config)
+    for i in range(start, end):
+      if edited[0, i]:
+        np.testing.assert_allclose(np.asarray(logits[0, i]), np.asarray(out[0, i]), atol=2e-4,
+                                   rtol=2e-4)
+
+
+def optax_ce(logits, labels):
+  import optax
+
+  return optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(labels))
+
+
+def test_edit_fraction_out_of_range_is_named():
+  model = _model(False)
+  with pytest.raises(ValueError, match="edit_fraction must lie in \\[0, 1\\], got 1.5"):
+    BlockDiffusion(edit_fraction=1.5).weighted_nll(
+        model.params, jnp.ones((1, 16), jnp.int32), jax.random.key(0), model.config)
