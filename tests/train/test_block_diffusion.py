@@ -152,8 +152,8 @@ def test_ar_term_is_the_causal_models_next_token_loss():
   model = _model(True, causal_given=True)
   tokens = jax.random.randint(jax.random.key(8), (2, 18), 4, 128)
   scored = jnp.broadcast_to(jnp.arange(18) >= 5, (2, 18))
-  *_, ar_nll = BlockDiffusion(ar_weight=1.0)._run(model.params, tokens, jax.random.key(9),
-                                                  model.config, scored=scored)
+  ar_nll = BlockDiffusion(ar_weight=1.0)._run(model.params, tokens, jax.random.key(9),
+                                              model.config, scored=scored)[3]
   causal = dataclasses.replace(model.config, attention=jaxdec.model.Causal())
   logits = forward(model.params, tokens, jnp.broadcast_to(jnp.arange(18), (2, 18)), config=causal)[0]
   logp = jax.nn.log_softmax(logits[:, 4:-1])
