@@ -251,15 +251,20 @@ def _key_scores(self: PrefillingCache, denoiser, encoded, real, query, query_len
   return jnp.mean(jnp.sum(unit(mq)[:, :, None] * unit(mc), axis=-1), axis=(0, 3))
 
 
+def _then_masks(query, query_lengths, size: int, mask_id: int) -> jax.Array:
+  """i32[B, Q + size]: each row's query, then `size` masks right after its real tokens."""
+  slot = jnp.arange(query.shape[1] + size, dtype=jnp.int32)[None, :]
+  return jnp.where(slot < query_lengths[:, None], jnp.pad(query, ((0, 0), (0, size))),
+                   mask_id).astype(jnp.int32)
+
+
 def draft(denoiser, query, query_lengths, size: int) -> jax.Array:
   """i32[B, size]: `size` tokens after each query, decoded from the query alone (no context), one
   per forward, the most confident masked position first."""
   batch, width = query.shape
-  slot = jnp.arange(width + size, dtype=jnp.int32)[None, :]
-  x = jnp.where(slot < query_lengths[:, None], jnp.pad(query, ((0, 0), (0, size))),
-                denoiser.mask_token_id).astype(jnp.int32)
+  x = _then_masks(query, query_lengths, size, denoiser.mask_token_id)
   at = positions(batch, size, query_lengths)  # The draft's slots.
-  shift = 1 if denoiser.shifted_logits else 0
+  shift = int(denoiser.shifted_logits)
 
   def step(_, x):
     h, _ = denoiser.hidden(x, positions(batch, width + size), None, query_lengths + size)
@@ -280,12 +285,10 @@ def _draft_scores(self: PrefillingCache, denoiser, encoded, real, query, query_l
   size = self.draft_tokens
   drafted = draft(denoiser, query, query_lengths, size)
   width = query.shape[1] + size
-  slot = jnp.arange(width, dtype=jnp.int32)[None, :]
-  x = jnp.where(slot < query_lengths[:, None], jnp.pad(query, ((0, 0), (0, size))),
-                denoiser.mask_token_id).astype(jnp.int32)
+  x = _then_masks(query, query_lengths, size, denoiser.mask_token_id)
   repeat = lambda a: jnp.repeat(a, num_chunks, axis=0)
   at = positions(batch, size, query_lengths)
-  shift = 1 if denoiser.shifted_logits else 0
+  shift = int(denoiser.shifted_logits)
   h, _ = denoiser.hidden(repeat(x), positions(batch * num_chunks, width, encoded.length),
                          _grow(encoded, width), repeat(query_lengths + size))
   logits = denoiser.logits(h, repeat(at - shift)).astype(jnp.float32)
