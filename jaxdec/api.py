@@ -59,8 +59,9 @@ def forward(model: Model, tokens) -> jax.Array:
 
 
 def _ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens):
-  """Validated (prompt, prompt_lengths, budget, sampling, key, stops) for the AR-style loops."""
-  decoding.check_model(model, causal=True)
+  """Validated (model, prompt, prompt_lengths, budget, sampling, key, stops) for the AR-style
+  loops; the model as they run it (`decoding.ar_view`)."""
+  model = decoding.ar_view(model)
   prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, model.config.vocab_size)
   budget = decoding.check_budget("max_new_tokens", max_new_tokens, prompt_lengths,
                                  model.config.max_position_embeddings)
@@ -70,7 +71,7 @@ def _ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_toke
       unused="sampling is None, which decodes greedily (no randomness); pass "
              "sampling=jaxdec.Sampling.create(temperature=...)")
   stops = decoding.stop_tokens(model.config, stop_tokens)
-  return prompt, prompt_lengths, budget, sampling, key, stops
+  return model, prompt, prompt_lengths, budget, sampling, key, stops
 
 
 def _controls(model: Model, batch: int, *, min_new_tokens, repetition_penalty, stop_strings,
@@ -159,7 +160,7 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
     DecodeOutput: `tokens` i32[B, max_new_tokens] (generated tokens only, padded),
     `lengths` i32[B] (a final stop token included), `stats` (`nfe`, `steps`), `logprobs`.
   """
-  prompt, prompt_lengths, budget, sampling, key, stops = _ar_inputs(
+  model, prompt, prompt_lengths, budget, sampling, key, stops = _ar_inputs(
       model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
   controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
@@ -209,7 +210,7 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
     DecodeOutput like `generate`; `stats` adds per-row `acceptance_length` (tokens per target
     forward), `target_forwards`, `draft_forwards` and `accepted` (per step).
   """
-  prompt, prompt_lengths, budget, sampling, key, stops = _ar_inputs(
+  model, prompt, prompt_lengths, budget, sampling, key, stops = _ar_inputs(
       model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
   controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,

@@ -209,11 +209,14 @@ def _drafter(args):
 
   name = args.drafter or "lookup"
   knobs = {"lookup": ("num_tokens", "max_ngram"), "adapld": ("num_tokens", "max_ngram", "branches"),
-           "draft": ("num_tokens",), "heads": (), "kforcing": (), "eagle": ()}
-  kind = (name.split(":", 1)[0] if name.startswith(("draft:", "heads:", "kforcing:", "eagle:"))
+           "draft": ("num_tokens",), "simsd": ("num_tokens",), "heads": (), "kforcing": (),
+           "eagle": ()}
+  kind = (name.split(":", 1)[0] if name.startswith(("draft:", "simsd:", "heads:", "kforcing:",
+                                                    "eagle:"))
           else name)
   if kind not in knobs:
     raise ValueError(f"--drafter must be lookup, adapld, draft:MODEL (e.g. draft:zoo:pycode-draft), "
+                     f"simsd:MODEL (a block-diffusion draft, e.g. simsd:zoo:gsm-dlm-draft), "
                      f"heads:DRAFTER (e.g. heads:zoo:pycode-mtp), kforcing:STUDENT (e.g. "
                      f"kforcing:zoo:gsm-kforcing) or eagle:DRAFTER (e.g. eagle:zoo:pycode-eagle3), "
                      f"got {name!r}")
@@ -229,6 +232,7 @@ def _drafter(args):
   path = name[len(kind) + 1:]
   if not path:
     example = {"draft": "the draft model, e.g. draft:zoo:pycode-draft",
+               "simsd": "the block-diffusion draft, e.g. simsd:zoo:gsm-dlm-draft",
                "heads": "the heads' directory, e.g. heads:zoo:pycode-mtp",
                "kforcing": "the student's directory, e.g. kforcing:zoo:gsm-kforcing",
                "eagle": "the drafter's directory, e.g. eagle:zoo:pycode-eagle3"}[kind]
@@ -242,7 +246,7 @@ def _drafter(args):
                        f"not {what}")
     return drafter
   num_tokens = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
-  return spec.DraftModel(jaxdec.load(path), **num_tokens)
+  return (spec.SimSD if kind == "simsd" else spec.DraftModel)(jaxdec.load(path), **num_tokens)
 
 
 def _verifier(args):
@@ -579,6 +583,12 @@ def _cmd_bench(args) -> int:
     eagle.run(args.task, steps=args.steps, seeds=args.seeds, depth=args.depth,
               num_prompts=args.prompts, workdir=args.workdir, only=args.only, out=args.out,
               plot=args.plot)
+  elif args.suite == "blocks":
+    from jaxdec.bench import blocks
+
+    blocks.run(args.model, args.draft, num_prompts=args.prompts, timed_prompts=args.timed_prompts,
+               gen_length=args.gen_length, block_length=args.block_length,
+               repeats=args.repeats, names=args.rows, out=args.out)
   else:
     from jaxdec.bench import diffusion
 
@@ -817,6 +827,26 @@ def _add_prefilling_bench(suites):
   return pf
 
 
+def _add_blocks_bench(suites):
+  """`jaxdec bench blocks`' parser."""
+  bl = suites.add_parser("blocks", help="block-diffusion decoding on gsm-synth: serial block "
+                                        "decoding vs SimSD")
+  bl.add_argument("--model", default="zoo:gsm-dlm",
+                  help="block-causal target whose given tokens form a causal LM")
+  bl.add_argument("--draft", default="zoo:gsm-dlm-draft",
+                  help="SimSD's draft block-diffusion model (the target's tokenizer)")
+  bl.add_argument("--prompts", type=int, default=200, help="test problems (accuracy from all)")
+  bl.add_argument("--timed-prompts", type=int, default=20,
+                  help="problems timed (interleaved repeats)")
+  bl.add_argument("--gen-length", type=int, help="new tokens at most (left out: the task's, 448)")
+  bl.add_argument("--block-length", type=int, default=32, help="tokens a block")
+  bl.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  bl.add_argument("--rows", nargs="*", help="run only these rows (names as printed; the "
+                                            "baseline always runs)")
+  bl.add_argument("--out", default="bench_results/blocks.json", help="JSON output path")
+  return bl
+
+
 def _add_ar_bench(suites):
   """`jaxdec bench ar`'s parser."""
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
@@ -836,7 +866,7 @@ def _add_ar_bench(suites):
 
 
 def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels | prefilling`."""
+  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels | prefilling | blocks`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = _add_ar_bench(suites)
@@ -893,7 +923,8 @@ def _add_bench_parser(sub) -> None:
   ea = _add_eagle_bench(suites)
   kn = _add_kernels_bench(suites)
   pf = _add_prefilling_bench(suites)
-  for suite in (ar, sp, df, kf, ea, kn, pf):
+  bl = _add_blocks_bench(suites)
+  for suite in (ar, sp, df, kf, ea, kn, pf, bl):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 
@@ -933,10 +964,12 @@ def _add_speculative_flags(gen) -> None:
   speculative = gen.add_argument_group(
       "speculative decoding (any of these implies --method speculative)")
   speculative.add_argument("--drafter",
-                           metavar="{lookup,adapld,draft:MODEL,heads:DRAFTER,kforcing:STUDENT,eagle:DRAFTER}",
+                           metavar="{lookup,adapld,draft:MODEL,simsd:MODEL,heads:DRAFTER,kforcing:STUDENT,eagle:DRAFTER}",
                            help="lookup (prompt lookup), adapld (lookup with a semantic "
                                 "fallback, tree drafts), draft:MODEL, a small AR model with "
                                 "the target's tokenizer (e.g. draft:zoo:pycode-draft), "
+                                "simsd:MODEL, a block-diffusion draft denoising each block "
+                                "(SimSD; e.g. simsd:zoo:gsm-dlm-draft with zoo:gsm-dlm), "
                                 "heads:DRAFTER, trained Medusa heads with their tree (e.g. "
                                 "heads:zoo:pycode-mtp), kforcing:STUDENT, a K-Forcing "
                                 "student drafting k tokens in one forward (e.g. "

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.model import (KVCache, Model, ModelConfig, decode_hidden, embed, hidden_mask_keys,
+                          unembed)
 from jaxdec.sampling import Sampling, check_values
 
 
@@ -75,7 +76,8 @@ def prefill(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, cache: K
   """
   batch, width = prompt.shape
   hidden, selected, cache = decode_hidden(params, embed(params, prompt), positions(batch, width),
-                                          cache, config=config, hidden_layers=hidden_layers)
+                                          cache, config=config, hidden_layers=hidden_layers,
+                                          hidden_keys=hidden_mask_keys(prompt, config))
   last = jnp.take_along_axis(hidden, (prompt_lengths - 1)[:, None, None], axis=1)[:, 0]
   return unembed(params, last, config), cache.with_length(prompt_lengths), selected
 
@@ -116,13 +118,23 @@ def check_model(model, *, causal: bool | None = None) -> None:
   """A jaxdec Model; `causal=True` refuses masked-diffusion models, `False` refuses AR ones."""
   if not isinstance(model, Model):
     raise TypeError(f"model must be a jaxdec Model (from jaxdec.load), got {type(model).__name__}")
-  if causal and not model.config.is_causal:
+  if causal and not (model.config.is_causal or model.config.has_causal_stream):
     raise ValueError(f"this model's attention is {model.config.attention} (a masked-diffusion "
                      f"model: it predicts masked positions, not the next token); decode it with "
                      f"jaxdec.diffusion_generate")
   if causal is False and model.config.is_causal:
     raise ValueError("diffusion_generate needs a bidirectional masked-diffusion model (LLaDA, "
                      "Dream, zoo:pycode-dlm); this model is causal: use jaxdec.generate")
+
+
+def ar_view(model) -> Model:
+  """The model the AR loops run: itself when causal, the causal LM its given tokens form when
+  it is a block-diffusion model with one (`ModelConfig.causal_stream`: zoo:gsm-dlm decoded one
+  token at a time, left to right)."""
+  check_model(model, causal=True)
+  if model.config.is_causal:
+    return model
+  return model.replace(config=model.config.causal_stream())
 
 
 def positive_int(name: str, value) -> int:

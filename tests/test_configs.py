@@ -12,7 +12,7 @@ from jaxdec.train.trainer import TrainConfig
 
 def test_every_zoo_recipe_loads_by_name_and_by_path():
   assert configs.available() == ["zoo:gsm-ar", "zoo:gsm-dlm", "zoo:gsm-dlm-confidence",
-                                 "zoo:gsm-dlm-refine", "zoo:gsm-draft", "zoo:gsm-eagle3",
+                                 "zoo:gsm-dlm-draft", "zoo:gsm-dlm-refine", "zoo:gsm-draft", "zoo:gsm-eagle3",
                                  "zoo:gsm-kforcing", "zoo:gsm-mtp", "zoo:pycode-ar",
                                  "zoo:pycode-dlm", "zoo:pycode-dlm-long", "zoo:pycode-dlm-refine", "zoo:pycode-draft",
                                  "zoo:pycode-eagle3", "zoo:pycode-mtp"]

@@ -8,12 +8,13 @@ schedulers implement `Scheduler` (schedulers.py; one file per family), caches im
 from jaxdec.diffusion.cai import FirstStepConfidence
 from jaxdec.diffusion.async_lane import AsyncLane
 from jaxdec.diffusion.caches import CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache
-from jaxdec.diffusion.confidence import (Confidence, Margin, NegEntropy, Probability,
-                                         RandomConfidence)
+from jaxdec.diffusion.confidence import (Confidence, LeftToRight, Margin, NegEntropy,
+                                         Probability, RandomConfidence)
 from jaxdec.diffusion.cora import Persistence
 from jaxdec.diffusion.dream import Dream
 from jaxdec.diffusion.editing import Editing
 from jaxdec.diffusion.fast_dllm import Factor, Frechet, Threshold
+from jaxdec.diffusion.flowblock import FlowBlock
 from jaxdec.diffusion.llada import FixedSteps
 from jaxdec.diffusion.prefilling import PrefillingCache
 from jaxdec.diffusion.proposals import EosFlags
@@ -25,8 +26,9 @@ from jaxdec.diffusion.schedulers import (Decision, Ranked, Scheduler, StepView, 
 
 __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "Scheduler", "StepView", "Decision", "Ranked", "rank_confidence", "commit", "filled", "top",
-           "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet", "Editing",
+           "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet", "Editing", "FlowBlock",
            "FirstStepConfidence", "Persistence", "Scaffold",
            "RipplePivot", "AsyncLane",
            "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache", "PrefillingCache",
-           "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "EosFlags"]
+           "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "LeftToRight",
+           "EosFlags"]

@@ -67,6 +67,20 @@ class RandomConfidence:
     return uniform_noise(keys)
 
 
+@dataclasses.dataclass(frozen=True)
+class LeftToRight:
+  """Earlier positions first, whatever the model predicts: the window's masks are committed in
+  reading order (`FixedSteps(confidence=LeftToRight())` with steps = gen_length decodes one token
+  per forward, left to right: the serial order of an AR model, and on a model with a causal
+  stream, `ModelConfig.has_causal_stream`, exactly that causal LM's greedy decoding)."""
+
+  needs_key = False
+
+  def __call__(self, logits, x0, keys):
+    order = -jnp.arange(x0.shape[-1], dtype=jnp.float32)
+    return jnp.broadcast_to(order, x0.shape)
+
+
 def uniform_noise(keys: jax.Array) -> jax.Array:
   """f32[B, N] in [0, 1): one draw per key."""
   draw = lambda k: jax.random.uniform(jax.random.fold_in(k, 1), (), jnp.float32)

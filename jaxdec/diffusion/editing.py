@@ -75,10 +75,10 @@ class Editing(Scheduler):
 
 
 def edits(view: StepView, editing_threshold) -> jax.Array:
-  """bool[B, N]: the T2T edits of a step — committed tokens (not masks) whose proposal differs
-  and has probability >= editing_threshold (none where the threshold is <= 0)."""
+  """bool[B, N]: the T2T edits of a step — committed tokens (not masks, on the canvas) whose
+  proposal differs and has probability >= editing_threshold (none where the threshold is <= 0)."""
   probs = jax.nn.softmax(view.logits.astype(jnp.float32), axis=-1)
   p = jnp.take_along_axis(probs, view.x0[..., None], axis=-1)[..., 0]
   bound = column(editing_threshold)
-  return ((view.tokens != view.mask_id) & (view.x0 != view.tokens) & (p >= bound)
+  return (view.inside & (view.tokens != view.mask_id) & (view.x0 != view.tokens) & (p >= bound)
           & (bound > 0))

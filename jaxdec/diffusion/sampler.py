@@ -195,7 +195,7 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
     return one(window_tokens)
 
   step_view = StepView(
-      tokens=tokens, candidates=candidates, x0=x0, ranked=rank_confidence(conf, candidates),
+      tokens=tokens, inside=inside, candidates=candidates, x0=x0, ranked=rank_confidence(conf, candidates),
       logits=logits, step=s.step, steps=c.per_block,
       block_masks=jnp.where(s.step == 0, masked, s.block_masks), masked=masked, block=s.block,
       mask_id=mask_id, lookahead=lookahead)

@@ -50,7 +50,9 @@ def rank_confidence(confidence: jax.Array, candidates: jax.Array) -> Ranked:
 class StepView:
   """What a scheduler sees at one step (N = the active window's length).
 
-  tokens i32[B, N]: the window now; candidates bool[B, N]: its masked positions; x0 i32[B, N]:
+  tokens i32[B, N]: the window now; inside bool[B, N]: its positions on the canvas (a window of
+  several blocks reaches past the last one near the end; tokens there are not the row's and no
+  decision there is kept); candidates bool[B, N]: its masked positions (inside); x0 i32[B, N]:
   the proposals; ranked: their confidences; logits f32[B, N, V]; step i32[B]: forwards already
   run on the current block; steps i32[]: the step budget per block (total steps // blocks);
   block_masks i32[B]: candidates when the block started; masked i32[B]: candidates now;
@@ -62,6 +64,7 @@ class StepView:
   """
 
   tokens: jax.Array
+  inside: jax.Array
   candidates: jax.Array
   x0: jax.Array
   ranked: Ranked

@@ -141,6 +141,26 @@ class ModelConfig:
     return isinstance(self.attention, Causal)
 
   @property
+  def has_causal_stream(self) -> bool:
+    """True for block-diffusion models whose given tokens form a causal LM: `BlockCausal(
+    causal_given=True)` with shifted logits (zoo:gsm-dlm). Decoding such a model one token at a
+    time left to right, each block's next mask predicted by the given token before it, runs
+    exactly that causal LM (`causal_stream`)."""
+    return getattr(self.attention, "causal_given", False) and self.shifted_logits
+
+  def causal_stream(self) -> "ModelConfig":
+    """This config as the causal LM its given tokens form (`has_causal_stream`; itself when causal):
+    with only given tokens in a forward, `causal_given` attention is causal attention, and output
+    i predicts token i + 1 as an AR model's does. What the AR loops run such a model as."""
+    if self.is_causal:
+      return self
+    if not self.has_causal_stream:
+      raise ValueError(f"attention {self.attention} with shifted_logits={self.shifted_logits} has "
+                       f"no causal stream: only BlockCausal(causal_given=True) with shifted "
+                       f"logits (or a causal model) decodes left to right as an AR model")
+    return dataclasses.replace(self, attention=Causal())
+
+  @property
   def num_params(self) -> int:
     from jaxdec.model.params import param_shapes  # Local import: params imports config.
 

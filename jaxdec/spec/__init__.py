@@ -12,11 +12,12 @@ from jaxdec.spec.kforcing import KForcing, PushForward
 from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.lookup import PromptLookup
 from jaxdec.spec.loop import speculative_generate
+from jaxdec.spec.simsd import SimSD
 from jaxdec.spec.tree import DynamicTree, Topology, Tree
 from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation, Verdict,
                                 Verifier)
 
 __all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
-           "PromptLookup", "AdaPLD", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
+           "PromptLookup", "AdaPLD", "SimSD", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
            "DynamicTree", "Topology", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
            "Truncation", "Collaborative"]

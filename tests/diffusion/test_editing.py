@@ -21,7 +21,8 @@ def _view(tokens, logits):
   candidates = tokens == MASK
   conf = jnp.max(jnp.exp(logits - jnp.max(logits, -1, keepdims=True)), -1)
   zero = jnp.zeros((1,), jnp.int32)
-  return StepView(tokens=tokens, candidates=candidates, x0=x0,
+  return StepView(tokens=tokens, inside=jnp.ones_like(candidates), candidates=candidates,
+                  x0=x0,
                   ranked=rank_confidence(conf, candidates), logits=logits, step=zero,
                   steps=jnp.int32(4), block_masks=zero, masked=jnp.sum(candidates, 1), block=zero,
                   mask_id=MASK, lookahead=None)

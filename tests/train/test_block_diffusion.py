@@ -87,7 +87,9 @@ def test_prefix_cache_is_exact_for_block_causal(causal_given):
 
 @pytest.mark.parametrize("scheduler", [diffusion.Threshold(0.5), diffusion.FirstStepConfidence(0.5),
                                        diffusion.RipplePivot(0.5), diffusion.AsyncLane(0.5),
-                                       diffusion.Editing(0.5, 0.3, max_post_steps=3)],
+                                       diffusion.Editing(0.5, 0.3, max_post_steps=3),
+                                       diffusion.FlowBlock(0.5, 0.3, gate=0.25, blocks=2,
+                                                           max_post_steps=3)],
                          ids=lambda s: type(s).__name__)
 def test_block_causal_cache_never_holds_rows_back(scheduler):
   """On a block-causal model the caches grow a block at a time instead of refreshing, so rows

@@ -4,6 +4,8 @@ The figures zoo.json records are recomputed here on a sample of the validation s
 changed, corrupt or mis-loaded weight file fails, not only a changed zoo.json.
 """
 
+import os
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,10 @@ def test_demo_runs(capsys):
   rows = demo.run(num_prompts=2, new_tokens=16, show=1, gsm=False)  # gsm: test_gsm_zoo.py
   assert {r["method"] for r in rows} >= {"greedy AR (pycode-ar)"} and all(r["tokens"] > 0 for r in rows)
   assert "held-out prompt 0" in capsys.readouterr().out
+
+
+def test_the_zoo_fits_its_budget():
+  """Every shipped model's files together stay under 64 MiB (the repository's budget)."""
+  size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(zoo.ZOO_DIR)
+             for f in files if not f.endswith((".py", ".pyc")))
+  assert size < 64 * 2**20, f"the zoo holds {size / 2**20:.1f} MiB"
