@@ -830,7 +830,7 @@ def _add_prefilling_bench(suites):
 def _add_blocks_bench(suites):
   """`jaxdec bench blocks`' parser."""
   bl = suites.add_parser("blocks", help="block-diffusion decoding on gsm-synth: serial block "
-                                        "decoding vs SimSD")
+                                        "decoding vs T2T editing, FlowBlock and SimSD")
   bl.add_argument("--model", default="zoo:gsm-dlm",
                   help="block-causal target whose given tokens form a causal LM")
   bl.add_argument("--draft", default="zoo:gsm-dlm-draft",

@@ -98,6 +98,14 @@ def _gsm_methods() -> dict[str, Callable]:
     found["diffusion threshold 0.9 + dual cache (gsm-dlm)"] = lambda p: jaxdec.diffusion_generate(
         dlm, p, gen_length=gen, block_length=32, steps=gen, scheduler=diffusion.Threshold(0.9),
         cache=diffusion.DualCache(), stop_early=True)
+    found["diffusion threshold 0.9 + T2T edits 0.5 + dual cache (gsm-dlm)"] = (
+        lambda p: jaxdec.diffusion_generate(
+            dlm, p, gen_length=gen, block_length=32, steps=gen,
+            scheduler=diffusion.Editing(0.9, 0.5), cache=diffusion.DualCache(), stop_early=True))
+    if "gsm-dlm-draft" in installed:
+      simsd = spec.SimSD(jaxdec.load("zoo:gsm-dlm-draft"), threshold=0.9, num_tokens=12)
+      found["SimSD, block-diffusion draft (gsm-dlm + gsm-dlm-draft)"] = (
+          lambda p: jaxdec.speculative_generate(dlm, p, simsd, max_new_tokens=gen))
   return found
 
 

@@ -28,6 +28,7 @@ class Row(NamedTuple):
   name: str
   decode: Callable  # (target, draft, prompt i32 list, gen_length, block_length) -> Output
   lossless: bool  # Must give the baseline's tokens.
+  versus: str | None = None  # The row it improves on: answers fixed / broken and speedup vs it.
 
 
 def _serial(scheduler) -> Callable:
@@ -51,6 +52,8 @@ def _ar(target, draft, prompt, gen_length, block_length):
 
 
 BASELINE = "serial, left to right, 1 token/forward + dual"
+THRESHOLD = "serial, threshold 0.9 + dual"
+EDITING = "serial, Editing 0.9 / T2T 0.5 + dual"
 
 
 def rows() -> list[Row]:
@@ -58,7 +61,12 @@ def rows() -> list[Row]:
       Row(BASELINE, _serial(diffusion.FixedSteps(confidence=diffusion.LeftToRight())), True),
       Row("serial, LLaDA low-confidence, 1 token/forward + dual", _serial(diffusion.FixedSteps()),
           False),
-      Row("serial, threshold 0.9 + dual", _serial(diffusion.Threshold(0.9)), False),
+      Row(THRESHOLD, _serial(diffusion.Threshold(0.9)), False),
+      Row(EDITING, _serial(diffusion.Editing(0.9, 0.5)), False, THRESHOLD),
+      Row("FlowBlock 2 blocks, gate 1.0, 0.9 / T2T 0.5",
+          _serial(diffusion.FlowBlock(0.9, 0.5, gate=1.0, blocks=2)), False, EDITING),
+      Row("FlowBlock 2 blocks, gate 0.75, 0.9 / T2T 0.5",
+          _serial(diffusion.FlowBlock(0.9, 0.5, gate=0.75, blocks=2)), False, EDITING),
       Row("causal stream, AR greedy (jaxdec.generate)", _ar, True),
       Row("SimSD, draft k=8, threshold 0.9", _simsd(0.9, 8), True),
       Row("SimSD, draft k=12, threshold 0.9", _simsd(0.9, 12), True),
@@ -72,7 +80,10 @@ def _chosen(names: list[str] | None) -> list[Row]:
   unknown = sorted(set(names or ()) - set(known))
   if unknown:
     raise ValueError(f"unknown rows {unknown}; known: {list(known)}")
-  return [r for r in rows() if r.name == BASELINE or names is None or r.name in names]
+  wanted = {BASELINE} | set(known if names is None else names)
+  while extra := {known[n].versus for n in wanted if known[n].versus} - wanted:
+    wanted |= extra  # With the rows they are compared with.
+  return [r for r in rows() if r.name in wanted]
 
 
 def _answer(out) -> np.ndarray:
@@ -84,6 +95,12 @@ def _forwards(out) -> tuple[int, int]:
   if "target_forwards" in out.stats:
     return int(out.stats["target_forwards"][0]), int(out.stats["draft_forwards"][0])
   return int(np.asarray(out.stats["nfe"])[0]), 0
+
+
+def _edits(out) -> int:
+  """T2T edits of a batch-1 output (0 for a method that does not edit)."""
+  state = out.stats.get("scheduler")
+  return int(np.asarray(state.edits)[0]) if hasattr(state, "edits") else 0
 
 
 def run(model_path: str = "zoo:gsm-dlm", draft_path: str = "zoo:gsm-dlm-draft",
@@ -118,28 +135,40 @@ def run(model_path: str = "zoo:gsm-dlm", draft_path: str = "zoo:gsm-dlm-draft",
   medians = timer.interleaved({r.name: decode_all(r, timed) for r in chosen}, repeats)
 
   base = [_answer(o) for o in results[BASELINE]]
+  texts = {r.name: [tokenizer.decode(_answer(o).tolist()) for o in results[r.name]]
+           for r in chosen}
+  right = {name: np.asarray([gsm_synth.extract_answer(t) == p.answer
+                                 for t, p in zip(answers, problems)])
+           for name, answers in texts.items()}
   table = []
   for r in chosen:
     outs = results[r.name]
     answers = [_answer(o) for o in outs]
+    versus = {}
+    if r.versus:  # Answers this row gets right that the row it improves on got wrong, and back.
+      versus = {"versus": r.versus, "fixed": int(np.sum(right[r.name] & ~right[r.versus])),
+                "broken": int(np.sum(~right[r.name] & right[r.versus])),
+                "speedup vs versus": medians[r.versus] / medians[r.name]}
     target_fwd, draft_fwd = map(np.asarray, zip(*map(_forwards, outs)))
     made = np.asarray([len(a) for a in answers])
     table.append({
         "method": r.name, "lossless": r.lossless,
-        "accuracy": gsm_synth.score([tokenizer.decode(a.tolist()) for a in answers], problems),
+        "accuracy": float(np.mean(right[r.name])),
         "same as baseline": float(np.mean([np.array_equal(a, b) for a, b in zip(answers, base)])),
         "tokens/target forward": float(made.sum() / target_fwd.sum()),
         "draft forwards/token": float(draft_fwd.sum() / made.sum()),
         "tokens/s": float(made[: len(timed)].sum()) / medians[r.name],
         "speedup": medians[BASELINE] / medians[r.name],
-        "first pass s": first_s[r.name]})
+        "T2T edits/answer": float(np.mean([_edits(o) for o in outs])),
+        "first pass s": first_s[r.name], **versus})
   print(f"bench blocks: {model_path} ({target.config.num_params / 1e6:.2f}M params) + "
         f"{draft_path} ({draft.config.num_params / 1e6:.2f}M), {len(prompts)} gsm-synth test "
         f"problems (accuracy; tokens/s from the first {len(timed)}, median of {repeats} "
         f"interleaved runs), gen <= {gen_length}, block {block_length}, greedy, batch 1; "
         f"speedup vs '{BASELINE}'")
   columns = ["method", "accuracy", "same as baseline", "tokens/target forward",
-             "draft forwards/token", "tokens/s", "speedup", "first pass s"]
+             "draft forwards/token", "tokens/s", "speedup", "T2T edits/answer", "fixed",
+             "broken", "speedup vs versus", "first pass s"]
   return report(table, columns, timer, {
       "suite": "blocks", "model": model_path, "draft": draft_path, "prompts": len(prompts),
       "timed_prompts": len(timed), "gen_length": gen_length, "block_length": block_length,
