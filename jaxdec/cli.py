@@ -315,7 +315,8 @@ def _decoder(args, model, method: str, tokenizer=None, stream=None, stop_early: 
     gen, block, steps = _diffusion_shape(args)
     scheduler = _scheduler(args)
     cache = {None: None, "none": None, "prefix": diffusion.PrefixCache(),
-             "dual": diffusion.DualCache(), "prefilling": diffusion.PrefillingCache()}[args.cache]
+             "dual": diffusion.DualCache(), "prefilling": diffusion.PrefillingCache(),
+             "archer": diffusion.Archer()}[args.cache]
     return lambda prompts: jaxdec.diffusion_generate(
         model, prompts, gen_length=gen, block_length=block, steps=steps, scheduler=scheduler,
         cache=cache, temperature=sampling, key=key, stop_early=stop_early or bool(args.stop_early),
@@ -570,6 +571,13 @@ def _cmd_bench(args) -> int:
                    gen_length=args.gen_length, continuation=args.continuation,
                    elbo_samples=args.elbo_samples, caches=caches, repeats=args.repeats,
                    out=args.out)
+  elif args.suite == "archer":
+    from jaxdec.bench import archer
+
+    archer.run(args.model, tuple(args.lengths), prompts=args.prompts, gen_length=args.gen_length,
+               block_length=args.block_length, bounds=tuple(args.bounds),
+               threshold=args.threshold, elbo_samples=args.elbo_samples, repeats=args.repeats,
+               out=args.out)
   elif args.suite == "kernels":
     from jaxdec.bench import kernels
 
@@ -827,6 +835,28 @@ def _add_prefilling_bench(suites):
   return pf
 
 
+def _add_archer_bench(suites):
+  """`jaxdec bench archer`'s parser."""
+  ar = suites.add_parser("archer", help="Archer's prompt-K/V reuse vs a full refresh every step "
+                                        "on long code prompts: tokens/s, agreement, and the "
+                                        "continuation's bits per byte at each drift bound")
+  ar.add_argument("--model", default="zoo:pycode-dlm", help="a bidirectional masked-diffusion "
+                                                            "model")
+  ar.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048],
+                  help="prompt lengths in tokens, one group of rows each")
+  ar.add_argument("--prompts", type=int, default=4, help="long code prompts per length")
+  ar.add_argument("--gen-length", type=int, default=64, help="tokens generated")
+  ar.add_argument("--block-length", type=int, default=32, help="tokens a block")
+  ar.add_argument("--bounds", type=int, nargs="+", default=[4, 16, 64],
+                  help="Archer's drift bounds (response tokens changed before a refresh)")
+  ar.add_argument("--threshold", type=float, default=None,
+                  help="threshold commits (left out: LLaDA's one token per forward)")
+  ar.add_argument("--elbo-samples", type=int, default=8, help="masks per ELBO estimate")
+  ar.add_argument("--repeats", type=int, default=1, help="timed runs (interleaved; medians)")
+  ar.add_argument("--out", default="bench_results/archer.json", help="JSON output path")
+  return ar
+
+
 def _add_blocks_bench(suites):
   """`jaxdec bench blocks`' parser."""
   bl = suites.add_parser("blocks", help="block-diffusion decoding on gsm-synth: serial block "
@@ -866,7 +896,8 @@ def _add_ar_bench(suites):
 
 
 def _add_bench_parser(sub) -> None:
-  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels | prefilling | blocks`."""
+  """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels | prefilling | blocks |
+  archer`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = _add_ar_bench(suites)
@@ -924,7 +955,8 @@ def _add_bench_parser(sub) -> None:
   kn = _add_kernels_bench(suites)
   pf = _add_prefilling_bench(suites)
   bl = _add_blocks_bench(suites)
-  for suite in (ar, sp, df, kf, ea, kn, pf, bl):
+  ah = _add_archer_bench(suites)
+  for suite in (ar, sp, df, kf, ea, kn, pf, bl, ah):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 
@@ -1005,10 +1037,12 @@ def _add_diffusion_flags(gen) -> None:
                     help="--scheduler threshold: commit every mask this confident (left out: 0.9)")
   dllm.add_argument("--factor", type=float, help="--scheduler factor: its f (left out: 1.0)")
   dllm.add_argument("--delta", type=float, help="--scheduler frechet: its delta (left out: 0.25)")
-  dllm.add_argument("--cache", choices=("none", "prefix", "dual", "prefilling"),
-                    help="none (exact), Fast-dLLM's approximate prefix / dual KV cache, or "
+  dllm.add_argument("--cache", choices=("none", "prefix", "dual", "prefilling", "archer"),
+                    help="none (exact), Fast-dLLM's approximate prefix / dual KV cache, "
                          "prefilling (long prompts: the dual cache over the 4 most relevant "
-                         "256-token chunks of the prompt and its last 64 tokens); left out: none")
+                         "256-token chunks of the prompt and its last 64 tokens), or archer "
+                         "(the prompt's K/V reused until 8 response tokens changed, the "
+                         "response recomputed every step); left out: none")
   dllm.add_argument("--gen-length", type=_positive_int,
                     help="canvas tokens per prompt, a multiple of --block-length (left out: "
                          "--max-new-tokens)")

@@ -6,6 +6,7 @@ schedulers implement `Scheduler` (schedulers.py; one file per family), caches im
 """
 
 from jaxdec.diffusion.cai import FirstStepConfidence
+from jaxdec.diffusion.archer import Archer
 from jaxdec.diffusion.async_lane import AsyncLane
 from jaxdec.diffusion.caches import CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache
 from jaxdec.diffusion.confidence import (Confidence, LeftToRight, Margin, NegEntropy,
@@ -29,6 +30,6 @@ __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet", "Editing", "FlowBlock",
            "FirstStepConfidence", "Persistence", "Scaffold",
            "RipplePivot", "AsyncLane",
-           "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache", "PrefillingCache",
+           "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache", "PrefillingCache", "Archer",
            "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "LeftToRight",
            "EosFlags"]
