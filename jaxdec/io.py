@@ -30,7 +30,7 @@ def resolve(path: str) -> str:
 
 def load(path: str, dtype=None, attention: str = "xla") -> Model:
   """Load a model from 'zoo:NAME', a Hugging Face checkpoint dir (Llama, Qwen2/3, Mistral, Gemma 2,
-  Gemma 3 text, LLaDA, Dream), or an orbax dir (`save`).
+  Gemma 3 text, LLaDA, Dream, Fast-dLLM v2, SDAR), or an orbax dir (`save`).
 
   `dtype` (e.g. jnp.float32) casts the weights; by default the checkpoint's dtype is kept, except
   for zoo models: stored in float16, they load in float32 (faster on CPU). `attention` is the
@@ -164,7 +164,7 @@ def save(model: Model, out_dir: str, tokenizer: Tokenizer | None = None) -> str:
 def export_hf(model: Model, tokenizer: Tokenizer | None, out_dir: str) -> str:
   """Write a Hugging Face directory (config.json, model.safetensors, tokenizer files). Causal
   llama / qwen2 / qwen3 / mistral / gemma2 / gemma3_text load in
-  `transformers.AutoModelForCausalLM`; llada / Dream load with `jaxdec.load` (transformers would
+  `transformers.AutoModelForCausalLM`; llada / Dream / Fast-dLLM v2 / SDAR load with `jaxdec.load` (transformers would
   need the model's own remote code; see `jaxdec.convert.export_hf`)."""
   return _export_hf(model, tokenizer, out_dir)
 

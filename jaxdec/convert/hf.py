@@ -60,12 +60,13 @@ def export_hf(model: Model, tokenizer, out_dir: str) -> str:
 
   - causal llama / qwen2 / qwen3 / mistral / gemma2 / gemma3_text:
     `transformers.AutoModelForCausalLM.from_pretrained` (same logits) and `jaxdec.load`.
-  - masked-diffusion llada / Dream / Fast-dLLM v2 (block diffusion): `jaxdec.load`. transformers has no class for them (it
-    raises on the unknown model_type): the directory follows the original checkpoints' config
-    fields and tensor names but carries none of their remote code. Copying the model's own
-    `configuration_*.py` / `modeling_*.py` and the config's `auto_map` in from the original
-    checkpoint is what `transformers.AutoModel.from_pretrained(out_dir, trust_remote_code=True)`
-    would need (untested here: jaxdec ships no remote code).
+  - masked-diffusion llada / Dream / Fast-dLLM v2 / SDAR (the last two block diffusion):
+    `jaxdec.load`. transformers has no class for them (it raises on the unknown model_type):
+    the directory follows the original checkpoints' config fields and tensor names but carries
+    none of their remote code. Copying the model's own `configuration_*.py` / `modeling_*.py`
+    and the config's `auto_map` in from the original checkpoint is what
+    `transformers.AutoModel.from_pretrained(out_dir, trust_remote_code=True)` would need
+    (untested here: jaxdec ships no remote code).
   """
   model = _exportable(model)
   os.makedirs(out_dir, exist_ok=True)

@@ -21,7 +21,7 @@ from jaxdec.model.masks import Bidirectional, BlockCausal, Causal
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 GEMMA_FAMILY = ("gemma2", "gemma3_text")
 SHIFTED_DLLMS = ("Dream", "Fast_dLLM_Qwen")  # Qwen2-based, shifted, with a mask token.
-SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + GEMMA_FAMILY + ("llada",) + SHIFTED_DLLMS
+SUPPORTED_ARCHITECTURES = LLAMA_FAMILY + GEMMA_FAMILY + ("llada",) + SHIFTED_DLLMS + ("sdar",)
 _CLASS_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
                 "gemma2": "Gemma2", "gemma3_text": "Gemma3"}
 
@@ -31,6 +31,13 @@ _IGNORED = frozenset({
     "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache",
     "initializer_range", "attention_dropout", "_name_or_path", "pretraining_tp",
     "output_attentions", "output_hidden_states", "return_dict", "max_window_layers",
+})
+# The fields a Llama-family config.json is read from.
+_LLAMA_CONSUMED = frozenset({
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+    "rope_scaling", "rope_parameters", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+    "pad_token_id", "attention_bias", "sliding_window", "layer_types",
 })
 # Fields that must hold exactly this value, because the decoder implements only that case.
 _REQUIRED_VALUES = {
@@ -101,17 +108,13 @@ def config_from_hf(raw: dict[str, Any], generation: dict[str, Any] | None = None
     return _llada_config(raw)
   if arch in SHIFTED_DLLMS:
     return _dream_config(raw, generation)
+  if arch == "sdar":
+    return _sdar_config(raw, generation)
   if arch in GEMMA_FAMILY:
     return _gemma_config(raw, generation)
   if arch not in LLAMA_FAMILY:
     raise ValueError(f"unknown architecture model_type={arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
-  consumed = {
-      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-      "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
-      "rope_scaling", "rope_parameters", "tie_word_embeddings", "bos_token_id", "eos_token_id",
-      "pad_token_id", "attention_bias", "sliding_window", "layer_types",
-  }
-  _check_fields(raw, arch, consumed, _IGNORED, _REQUIRED_VALUES)
+  _check_fields(raw, arch, _LLAMA_CONSUMED, _IGNORED, _REQUIRED_VALUES)
   layer_types = raw.get("layer_types")
   if layer_types is not None and set(layer_types) != {"full_attention"}:
     raise ValueError(f"unsupported layer_types {sorted(set(layer_types))}: only full_attention")
@@ -163,6 +166,8 @@ def config_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     return _llada_to_hf(config, dtype_name)
   if arch in SHIFTED_DLLMS:
     return _dream_to_hf(config, dtype_name)
+  if arch == "sdar":
+    return _sdar_to_hf(config, dtype_name)
   if arch in GEMMA_FAMILY:
     return _gemma_to_hf(config, dtype_name)
   if arch not in LLAMA_FAMILY:
@@ -514,4 +519,45 @@ def _dream_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     out["bd_size"] = config.attention.block_size
     if config.attention.causal_given:
       out["causal_given"] = True
+  return out
+
+
+# SDAR (remote code `SDARForCausalLM`, model_type "sdar": JetLM/SDAR-1.7B-Chat, SDAR-8B-Chat): Qwen3
+# weights and fields, a mask token, unshifted logits (position i predicts token i), and
+# block-causal attention. The release takes the block as a decoding setting (4 for SDAR-*-Chat)
+# and names `<|mask|>` only in the tokenizer, so jaxdec reads both from config.json
+# (`block_size`, `mask_token_id`) and writes both there on export.
+# Ignored besides _IGNORED, since the release's inference forward reads none of them: auto_map
+# (remote-code class names), attn_implementation (which attention kernel), fuse_cross_entropy (a
+# fused training loss; logits are computed at inference), debug, micro_forward, skip_checkpoint
+# (training switches), ep_size, use_deepep (expert parallelism, for the MoE variant's code).
+_SDAR_IGNORED = _IGNORED | {"auto_map", "attn_implementation", "fuse_cross_entropy", "debug",
+                            "micro_forward", "skip_checkpoint", "ep_size", "use_deepep"}
+_SDAR_FIELDS = {"block_size": 'add "block_size": 4 (SDAR-*-Chat\'s decoding block) to config.json',
+                "mask_token_id": "add the tokenizer's <|mask|> id (151669 in SDAR-*-Chat) to "
+                                 "config.json"}
+
+
+def _sdar_config(raw: dict[str, Any], generation: dict[str, Any] | None) -> ModelConfig:
+  _check_fields(raw, "sdar", _LLAMA_CONSUMED | set(_SDAR_FIELDS), _SDAR_IGNORED, _REQUIRED_VALUES)
+  for field, hint in _SDAR_FIELDS.items():
+    if field not in raw:
+      raise ValueError(f"an sdar config needs {field} ({hint})")
+  qwen3 = {k: v for k, v in raw.items() if k not in _SDAR_IGNORED | set(_SDAR_FIELDS)}
+  base = config_from_hf(dict(qwen3, model_type="qwen3"), generation)
+  return dataclasses.replace(base, attention=BlockCausal(raw["block_size"]), architecture="sdar",
+                             mask_token_id=raw["mask_token_id"])
+
+
+def _sdar_to_hf(config: ModelConfig, dtype_name: str) -> dict[str, Any]:
+  attention = config.attention
+  if (not isinstance(attention, BlockCausal) or attention.causal_given or config.shifted_logits
+      or config.mask_token_id is None):
+    raise ValueError(f"an sdar checkpoint is unshifted, block-causal (causal_given=False), with a "
+                     f"mask_token_id; got attention={attention!r}, shifted_logits="
+                     f"{config.shifted_logits}, mask_token_id={config.mask_token_id}")
+  qwen3 = dataclasses.replace(config, attention=Causal(), architecture="qwen3", mask_token_id=None)
+  out = config_to_hf(qwen3, dtype_name)
+  out.update(architectures=["SDARForCausalLM"], model_type="sdar",
+             block_size=attention.block_size, mask_token_id=config.mask_token_id)
   return out
