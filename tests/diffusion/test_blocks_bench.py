@@ -12,7 +12,7 @@ FLOWBLOCK = "FlowBlock 2 blocks, gate 1.0, 0.9 / T2T 0.5"
 
 def test_rows_bring_what_they_are_compared_with(tmp_path, capsys):
   out = tmp_path / "blocks.json"
-  record = blocks.run(num_prompts=3, timed_prompts=1, gen_length=32, repeats=1,
+  record = blocks.run(num_prompts=3, timed_prompts=1, gen_length=64, repeats=1,
                       names=[SIMSD, FLOWBLOCK], out=str(out))
   rows = {r["method"]: r for r in record["rows"]}
   # The baseline always runs; FlowBlock brings serial editing, which brings threshold-only.
