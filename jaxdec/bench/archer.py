@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxdec import api
 from jaxdec.bench.common import Timer, report
-from jaxdec.bench.prefilling import _masks
+from jaxdec.bench.prefilling import _masked_nll, _masks
 from jaxdec.decoding import positions
 from jaxdec.diffusion import Archer, DualCache, FixedSteps, ModelDenoiser, NoCache, Threshold
 
@@ -44,9 +44,7 @@ def _stale_nll(model, prompt, continuation, mask, stale):
   index = positions(1, n + shift, start - shift)
   h, _ = denoiser.hidden(jnp.take_along_axis(new, index, axis=1), index,
                          kept.with_length(start - shift), jnp.asarray([n + shift], jnp.int32))
-  logits = denoiser.logits(h, positions(1, n)).astype(jnp.float32)
-  logp = jnp.take_along_axis(jax.nn.log_softmax(logits), continuation[..., None], axis=-1)[..., 0]
-  return -jnp.sum(jnp.where(mask, logp, 0.0))
+  return _masked_nll(denoiser, h, shift, continuation, mask)  # h starts `shift` before it.
 
 
 def stale_bits_per_byte(model, tokenizer, prompt, continuation, commits: int, samples: int,
