@@ -15,7 +15,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from jaxdec import ar, decoding, diffusion, sharding, spec, streaming
+from jaxdec import ar, decoding, diffusion, hpd, sharding, spec, streaming
 from jaxdec.controls import Controls, LogitsRules, StopStrings
 from jaxdec.decoding import DecodeOutput
 from jaxdec.model import Model
@@ -392,3 +392,132 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                        visible_suffix=visible_suffix,
                        parts=part_types(scheduler, scheduler.confidence, cache))
   return _gather(model, out, batch)
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len",))
+def _parallel_jit(model, tokens, positions, segments, reads, lengths, ends, max_new_tokens, key,
+                  stop_tokens, sampling, *, buffer_len):
+  return hpd.parallel_generate(model.params, tokens, positions, segments, reads, lengths, ends,
+                               max_new_tokens, key, stop_tokens, config=model.config,
+                               buffer_len=buffer_len, sampling=sampling,
+                               pad_id=decoding.pad_id(model.config))
+
+
+def _documents(context, queries) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+  """(context, queries) of one document, or lists of both for several, as int arrays."""
+  def ids(value, what):
+    row = np.asarray(value)
+    if row.ndim != 1 or not (row.size == 0 or np.issubdtype(row.dtype, np.integer)):
+      raise TypeError(f"{what} must be a flat sequence of int token ids, got {row.dtype} with "
+                      f"shape {row.shape}")
+    return row.astype(np.int64)
+
+  if not isinstance(context, (list, tuple, np.ndarray)):
+    raise TypeError(f"context must be a token-id list (or a list of them, one per document), got "
+                    f"{type(context).__name__}")
+  several = len(context) > 0 and not isinstance(context[0], (int, np.integer))
+  contexts, groups = (context, queries) if several else ([context], [queries])
+  if several and (not isinstance(queries, (list, tuple)) or len(queries) != len(contexts)):
+    raise ValueError(f"with {len(contexts)} documents, queries must be a list of {len(contexts)} "
+                     f"query lists (one per document), got {type(queries).__name__} of length "
+                     f"{len(queries) if isinstance(queries, (list, tuple)) else '-'}")
+  documents = []
+  for d, (ctx, qs) in enumerate(zip(contexts, groups)):
+    where = f" of document {d}" if several else ""
+    if not isinstance(qs, (list, tuple)) or not qs:
+      raise ValueError(f"queries{where} must be a non-empty list of token-id lists, got "
+                       f"{qs!r}"[:200])
+    if all(isinstance(q, (int, np.integer)) for q in qs):
+      raise TypeError(f"queries{where} must be a list of queries (token-id lists), got one flat "
+                      f"list of ints; for a single query wrap it in a list: [ids]")
+    rows = [ids(q, f"query {j}{where}") for j, q in enumerate(qs)]
+    for j, q in enumerate(rows):
+      if q.size == 0:
+        raise ValueError(f"query {j}{where} is empty: every query needs at least one token (the "
+                         f"context's own continuation is jaxdec.generate's job)")
+    documents.append((ids(ctx, f"context{where}"), rows))
+  return documents
+
+
+def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
+                      sampling: Sampling | None = None, key: jax.Array | None = None, *,
+                      stop_tokens: Sequence[int] | None = None, rows: int = 1) -> DecodeOutput:
+  """Hyper-Parallel Decoding: decode many independent queries that continue one shared context
+  in one row (`jaxdec.hpd`): the context's K/V are computed once, each query continues the
+  context's positions in a segment that sees the context and itself only, and every query
+  advances one token per forward until its own stop token or budget.
+
+  Args:
+    context: the shared context's token ids; or a list of contexts (documents) stacked in one
+      row, each document's queries seeing only its own context.
+    queries: token-id lists, each continuing the context (non-empty); with several documents,
+      one list of queries per document.
+    max_new_tokens: tokens per query at most; the context, the longest query and this must fit
+      the model's positions.
+    sampling, key: as `generate` (scalars, or one value per query); a query's token at a
+      position is drawn with a key of its own, independent of the others.
+    stop_tokens: ids that end a query (default: the model's EOS ids; () disables stopping).
+    rows: spread the documents over this many rows (each document whole, round robin), a batch
+      of packed rows.
+
+  Returns:
+    DecodeOutput with one row per query (documents' queries one after another): `tokens`
+    i32[Q, max_new_tokens], `lengths` i32[Q] (a final stop token included); greedy output
+    equals `generate(model, [context + query])` for each query. `stats`: `nfe` (forwards per
+    packed row), `tokens_per_forward` (tokens generated per forward in each packed row).
+  """
+  model = decoding.ar_view(model)
+  documents = _documents(context, queries)
+  rows = decoding.positive_int("rows", rows)
+  budget = decoding.positive_int("max_new_tokens", max_new_tokens)
+  if rows > len(documents):
+    raise ValueError(f"rows={rows} exceeds the {len(documents)} documents to spread over them")
+  limit = model.config.max_position_embeddings
+  flat = [q for _, qs in documents for q in qs]
+  for d, (ctx, qs) in enumerate(documents):
+    where = f" of document {d}" if len(documents) > 1 else ""
+    if len(ctx) >= limit:
+      raise ValueError(f"context{where} has {len(ctx)} tokens, which leaves no room in the "
+                       f"model's maximum of {limit} positions")
+    decoding.check_ids(ctx, model.config.vocab_size, f"context{where}")
+    for j, q in enumerate(qs):
+      decoding.check_ids(q, model.config.vocab_size, f"query {j}{where}")
+    longest = int(np.argmax([len(q) for q in qs]))
+    if len(ctx) + len(qs[longest]) + budget > limit:
+      raise ValueError(f"query {longest}{where} has {len(qs[longest])} tokens: with the context's "
+                       f"{len(ctx)} and max_new_tokens={budget} it needs "
+                       f"{len(ctx) + len(qs[longest]) + budget} positions, more than the model's "
+                       f"maximum of {limit}")
+  sampling = decoding.check_sampling(sampling, len(flat))
+  key = decoding.check_key(
+      key, needed=sampling is not None, what="sampling",
+      unused="sampling is None, which decodes greedily (no randomness); pass "
+             "sampling=jaxdec.Sampling.create(temperature=...)")
+  stops = decoding.stop_tokens(model.config, stop_tokens)
+  widest = max(sum(len(c) + sum(len(q) for q in qs) for c, qs in documents[r::rows])
+               for r in range(rows))
+  most = max(sum(len(qs) for _, qs in documents[r::rows]) for r in range(rows))
+  packed = hpd.pack(documents, rows=rows, width=decoding.bucket(widest),
+                    streams=decoding.bucket(most, minimum=4))
+  streams = packed.ends.shape[1]
+  index = np.asarray([r * streams + n for r, n in packed.order])
+  if sampling is not None:  # Per query -> per (row, stream) slot.
+    sampling = Sampling(*(_scatter(np.asarray(x), index, rows * streams)
+                          for x in (sampling.temperature, sampling.top_k, sampling.top_p)))
+  out = _parallel_jit(model, packed.tokens, packed.positions, packed.segments, packed.reads,
+                      packed.lengths, packed.ends, np.int32(budget), key, stops, sampling,
+                      buffer_len=decoding.bucket(budget))
+  out = jax.block_until_ready(out)
+  tokens = np.asarray(out.tokens).reshape(rows * streams, -1)[index, :budget]
+  lengths = np.asarray(out.lengths).reshape(-1)[index]
+  nfe = np.asarray(out.stats["nfe"])
+  made = np.asarray(out.lengths).sum(axis=1)
+  return DecodeOutput(tokens=tokens, lengths=lengths,
+                      stats={"nfe": nfe, "steps": np.asarray(out.stats["steps"]),
+                             "tokens_per_forward": made / nfe})
+
+
+def _scatter(values: np.ndarray, index: np.ndarray, size: int) -> np.ndarray:
+  out = np.zeros((size,), values.dtype)
+  out[index] = values
+  return out

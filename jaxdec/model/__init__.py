@@ -7,7 +7,7 @@ from jaxdec.model.config import ModelConfig, RopeScaling
 from jaxdec.model.decoder import (decode_hidden, embed, forward, hidden_mask_keys, mask_spec,
                                   project_qkv, unembed)
 from jaxdec.model.kv_cache import KVCache
-from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec
+from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec, Segments
 from jaxdec.model.params import check_params, init_params, param_specs
 
 
@@ -25,4 +25,5 @@ class Model:
 
 __all__ = ["Model", "ModelConfig", "RopeScaling", "KVCache", "forward", "decode_hidden", "embed",
            "hidden_mask_keys", "unembed", "init_params", "param_specs", "check_params", "attention",
-           "mask_spec", "project_qkv", "MaskSpec", "Causal", "Bidirectional", "BlockCausal"]
+           "mask_spec", "project_qkv", "MaskSpec", "Segments", "Causal", "Bidirectional",
+           "BlockCausal"]

@@ -19,7 +19,7 @@ from jaxdec.model.attention import attention
 from jaxdec.model.config import ModelConfig
 from jaxdec.model.kv_cache import KVCache, write_layer, write_slots
 from jaxdec.model.layers import apply_rope, gated_mlp, lead, rms_norm, rope_cos_sin
-from jaxdec.model.masks import MaskSpec
+from jaxdec.model.masks import MaskSpec, Segments
 
 
 def embed(params: dict, tokens: jax.Array) -> jax.Array:
@@ -120,7 +120,8 @@ def hidden_mask_keys(tokens: jax.Array, config: ModelConfig) -> jax.Array | None
 
 def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
               tree: jax.Array | None = None, valid_lengths: jax.Array | None = None,
-              hidden_keys: jax.Array | None = None, in_order: bool = False) -> MaskSpec:
+              hidden_keys: jax.Array | None = None, in_order: bool = False,
+              segments: Segments | None = None) -> MaskSpec:
   """The MaskSpec of one forward of tokens at `positions` i32[B, T] (see `forward`); `in_order`:
   the positions are 0..T-1 in every row (`forward(positions=None)`)."""
   batch, steps = positions.shape
@@ -135,7 +136,8 @@ def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
   window = config.sliding_window if config.sliding_layers is None else None
   return MaskSpec(q_positions=positions, kv_positions=kv_positions, kv_length=kv_length,
                   pattern=config.attention, window=window, tree=tree, start=start,
-                  hidden_keys=hidden_keys, in_order=in_order)
+                  hidden_keys=hidden_keys, in_order=in_order and segments is None,
+                  segments=segments)
 
 
 def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) -> None:
@@ -148,7 +150,7 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
                   cache: KVCache | None = None, *,
                   config: ModelConfig, tree: jax.Array | None = None,
                   valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = (),
-                  hidden_keys: jax.Array | None = None):
+                  hidden_keys: jax.Array | None = None, segments: Segments | None = None):
   """Run the layers on embeddings x[B, T, D] (`embed`); returns (final-normed hidden, selected,
   cache).
 
@@ -169,7 +171,8 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
   if config.embed_scale:
     x = x * jnp.asarray(np.float32(config.hidden_size ** 0.5)).astype(x.dtype)
   cos, sin = _rope_tables(positions, config)
-  mask = mask_spec(positions, cache, config, tree, valid_lengths, hidden_keys, in_order)
+  mask = mask_spec(positions, cache, config, tree, valid_lengths, hidden_keys, in_order,
+                   segments)
   per_layer = _per_layer(config)
   # Only the requested layers' inputs are kept: slot[i] is where layer i's input goes (len() =
   # dropped), so memory grows with the selection, not with the depth.
@@ -214,7 +217,8 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
 def forward(params: dict, tokens: jax.Array, positions: jax.Array | None,
             cache: KVCache | None = None, *,
             config: ModelConfig, tree: jax.Array | None = None,
-            valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = ()):
+            valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = (),
+            segments: Segments | None = None):
   """Run the decoder on tokens i32[B, T] at positions i32[B, T].
 
   Args:
@@ -228,6 +232,8 @@ def forward(params: dict, tokens: jax.Array, positions: jax.Array | None,
     hidden_layers: static layer indices i in [0, num_layers]; i < num_layers selects the
       residual stream entering layer i (pre-norm), num_layers the final-normed state (HF's
       `hidden_states[i]` convention). Only the selected layers are kept.
+    segments: `Segments` cutting each row into independent streams over shared contexts
+      (Hyper-Parallel Decoding); its `kv` ids cover the key slots, this forward's included.
 
   Returns:
     (logits f32[B, T, V], hidden [len(hidden_layers), B, T, D] or None, cache or None).
@@ -235,5 +241,5 @@ def forward(params: dict, tokens: jax.Array, positions: jax.Array | None,
   h, hidden, cache = decode_hidden(params, embed(params, tokens), positions, cache, config=config,
                                    tree=tree, valid_lengths=valid_lengths,
                                    hidden_layers=hidden_layers,
-                                   hidden_keys=hidden_mask_keys(tokens, config))
+                                   hidden_keys=hidden_mask_keys(tokens, config), segments=segments)
   return unembed(params, h, config), hidden, cache

@@ -5,7 +5,8 @@ A model's own pattern is a small static object in its config (`Causal`, `Bidirec
 the caller knows: which key slots hold real entries (`kv_length`: slots at or past it are stale or
 padding), optionally a `tree` that replaces the pattern among the tokens this forward writes
 (a draft tree's ancestor matrix), and which of those tokens are masks
-(`BlockCausal(causal_given=True)` hides them as keys). Because the pattern reads positions, not
+(`BlockCausal(causal_given=True)` hides them as keys), and optionally `segments` that cut one row
+into independent streams over shared contexts (Hyper-Parallel Decoding). Because the pattern reads positions, not
 slot indices, a KV cache may hold its entries in any slot order. The XLA backend materialises the dense mask
 (`MaskSpec.dense`); a kernel can read the structure and skip blocks instead.
 """
@@ -78,6 +79,28 @@ def pattern_from_dict(data: dict):
 
 
 @struct.dataclass
+class Segments:
+  """Independent streams packed into one row (Hyper-Parallel Decoding): every token carries a
+  segment id, and a query also names one other segment it may read, its shared context. A query
+  sees a key only when the key's segment is its own or the one it reads; position rules (the
+  pattern, the window, lengths) then apply as usual. So several queries that continue one
+  context at the *same* positions neither see each other nor need their own copy of it.
+
+  q i32[B, T] and reads i32[B, T] for this forward's tokens (a context token reads itself);
+  kv i32[B, S] for the key slots, this forward's tokens included (with a cache, the caller keeps
+  it aligned with the slots)."""
+
+  q: jax.Array
+  reads: jax.Array
+  kv: jax.Array
+
+  def visible(self) -> jax.Array:
+    """bool[B, T, S]."""
+    k = self.kv[:, None, :]
+    return (k == self.q[:, :, None]) | (k == self.reads[:, :, None])
+
+
+@struct.dataclass
 class MaskSpec:
   """Visibility for one forward: queries q_positions i32[B, T] against key slots holding
   kv_positions i32[B, S]; slots >= kv_length i32[B] are hidden. With `tree` bool[B or 1, T, T],
@@ -91,7 +114,8 @@ class MaskSpec:
   attend causally (`BlockCausal.causal_given`); keys already in a cache count as given.
   `in_order` (static) promises that every row's queries and keys are its tokens 0..T-1 at
   positions 0..T-1 (a whole sequence, no cache): the mask is then the pattern plus per-row
-  lengths, which JAX's shipped attention kernels take."""
+  lengths, which JAX's shipped attention kernels take. `segments` (`Segments`) further hides
+  keys of other streams."""
 
   q_positions: jax.Array
   kv_positions: jax.Array
@@ -102,6 +126,7 @@ class MaskSpec:
   start: jax.Array | None = None  # i32[B]: the slot of this forward's first token.
   hidden_keys: jax.Array | None = None
   in_order: bool = struct.field(pytree_node=False, default=False)
+  segments: Segments | None = None
 
   def dense(self) -> jax.Array:
     """bool[B, T, S]: True where query t may attend to key slot s."""
@@ -123,6 +148,8 @@ class MaskSpec:
       given_query = ~self.hidden_keys[:, :, None]
       visible &= (~hidden[:, None, :] | (q == k)) & (~given_query | (k <= q))
     visible &= (slots < self.kv_length[:, None])[:, None, :]
+    if self.segments is not None:
+      visible &= self.segments.visible()
     if self.window is not None:
       visible &= (q - k) < self.window
     return visible

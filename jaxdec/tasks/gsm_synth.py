@@ -330,6 +330,13 @@ class _Draw:
       raise _Retry
     return self.rng.choice(options)
 
+  def fork(self) -> _Draw:
+    """A draw that goes on from this one (same rng, a copy of its steps and used words), so that
+    several continuations of one opening neither share steps nor names."""
+    d = _Draw(self.rng, self.difficulty)
+    d.steps, d._used = list(self.steps), set(self._used)
+    return d
+
   def _step(self, a: int, op: str, b: int, result: int) -> int:
     self.steps.append(Step(a, op, b, result))
     return result
@@ -488,16 +495,20 @@ def _step(d: _Draw, rule: str, x: int, before: int) -> tuple[int, int]:
   return n, {"+": d.add, "-": d.sub, "*": d.mul, "/": d.div}[rule](x, n)
 
 
-def _compose(template: Template, d: _Draw) -> tuple[str, str]:
-  """The question and the long-form answer of one draw (its steps go to `d.steps`)."""
-  scenario = template.scenario
+def _open(scenario: Scenario, d: _Draw) -> tuple[_Slots, int, str]:
+  """A scenario's opening: its slots (person, item, words), first number and opening sentence."""
   name, he, his, him = scenario.subject or d.person()
   slots = _Slots(scenario.words, name=name, he=he, his=his, him=him, item=d.pick(scenario.items))
-  x = before = d.num()
-  sentences = [d.rng.choice(scenario.openings).format_map(_Slots(slots, n=x))]
-  explained = []
+  x = d.num()
+  return slots, x, d.rng.choice(scenario.openings).format_map(_Slots(slots, n=x))
+
+
+def _continue(template: Template, d: _Draw, slots: _Slots, x: int) -> tuple[str, str]:
+  """The clauses and question sentence that follow an opening (`slots`, first number `x`; both
+  updated as the clauses go), and the long-form answer (its steps go to `d.steps`)."""
+  sentences, explained, before = [], [], x
   for clause in template.clauses:
-    other, thing = d.person()[0], d.pick(scenario.things)
+    other, thing = d.person()[0], d.pick(template.scenario.things)
     n, r = _step(d, clause.rule, x, before)
     here = _Slots(slots, other=other, thing=thing, n=n, x=x, r=r)
     sentences.append(d.rng.choice(clause.forms).format_map(here))
@@ -508,8 +519,22 @@ def _compose(template: Template, d: _Draw) -> tuple[str, str]:
     slots["item"] = clause.unit or slots["item"]
     before, x = x, r
   if not template.clauses[-1].asks:
-    sentences.append(d.rng.choice(scenario.questions).format_map(slots))
+    sentences.append(d.rng.choice(template.scenario.questions).format_map(slots))
   return " ".join(sentences), " ".join(explained)
+
+
+def _compose(template: Template, d: _Draw) -> tuple[str, str]:
+  """The question and the long-form answer of one draw (its steps go to `d.steps`)."""
+  slots, x, opening = _open(template.scenario, d)
+  rest, explanation = _continue(template, d, slots, x)
+  return f"{opening} {rest}", explanation
+
+
+def _problem(template: Template, question: str, explanation: str, steps) -> Problem:
+  answer = steps[-1].result
+  prompt = f"Question: {question}\n<think>\n"
+  solution = f"{scratchpad(steps)}\n</think>\n{explanation}\n#### {answer}"
+  return Problem(question, prompt, solution, answer, template.name, tuple(steps))
 
 
 def _render(template: Template, rng: random.Random, difficulty: Difficulty) -> Problem | None:
@@ -521,13 +546,8 @@ def _render(template: Template, rng: random.Random, difficulty: Difficulty) -> P
       question, explanation = _compose(template, d)
     except _Retry:
       continue
-    break
-  else:
-    return None
-  answer = d.steps[-1].result
-  prompt = f"Question: {question}\n<think>\n"
-  solution = f"{scratchpad(d.steps)}\n</think>\n{explanation}\n#### {answer}"
-  return Problem(question, prompt, solution, answer, template.name, tuple(d.steps))
+    return _problem(template, question, explanation, d.steps)
+  return None
 
 
 def _bucket(question: str) -> int:
@@ -571,6 +591,89 @@ def problems(split: str, n: int, seed: int = 0,
       out.append(problem)
   if len(out) < n:
     raise ValueError(f"found only {len(out)} distinct {split} problems of {n} at {difficulty}")
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Stories: one opening, many questions (a testbed for decoding many queries of one context).
+
+
+@dataclasses.dataclass(frozen=True)
+class Story:
+  """One shared opening and k questions that continue it: `context + queries[j]` is
+  `problems[j].prompt`, so the context can be prefilled once for all k queries."""
+
+  context: str
+  queries: tuple[str, ...]
+  problems: tuple[Problem, ...]
+
+
+@functools.lru_cache(maxsize=None)
+def _drawable(template: Template, difficulty: Difficulty) -> bool:
+  """Whether `_render` finds a draw of `template` at `difficulty` (a fixed probe, so that it
+  does not move any split's random stream)."""
+  return _render(template, random.Random(0), difficulty) is not None
+
+
+def _follow(template: Template, opened: _Draw, slots: _Slots, x: int,
+            opening: str) -> tuple[str, Problem] | None:
+  """A continuation of an opening (its draw, slots, first number, sentence) by `template`: the
+  text after the opening and its problem, or None when no draw in _ATTEMPTS fits this opening."""
+  for _ in range(_ATTEMPTS):
+    d = opened.fork()
+    try:
+      rest, explanation = _continue(template, d, _Slots(slots), x)
+    except _Retry:
+      continue
+    return rest, _problem(template, f"{opening} {rest}", explanation, d.steps)
+  return None
+
+
+def multi_question(split: str, n: int, k: int, seed: int = 0,
+                   difficulty: Difficulty = Difficulty()) -> list[Story]:
+  """`n` stories of `k` questions each: one scenario opening (person, item, first number), then
+  k independent continuations by templates of that scenario (distinct ones while the scenario
+  has enough), each a regular problem whose prompt is the story's context + its query. A pure
+  function of (split, n, k, seed, difficulty). Templates come from `templates(split, ...)`, so
+  'test-unseen-templates' stays held out; contexts are distinct and split by the same hash
+  buckets as `problems` (of the context, not of each question)."""
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+  for name, value in (("n", n), ("k", k)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+  if not isinstance(seed, int) or isinstance(seed, bool):
+    raise TypeError(f"seed must be an int, got {seed!r}")
+  if not isinstance(difficulty, Difficulty):
+    raise TypeError(f"difficulty must be a Difficulty, got {type(difficulty).__name__}")
+  groups: dict[str, list[Template]] = {}
+  for t in templates(split, difficulty):
+    if _drawable(t, difficulty):
+      groups.setdefault(t.scenario.name, []).append(t)
+  if not groups:
+    raise ValueError(f"no {split} template can draw a problem at {difficulty}")
+  lo, hi = _BUCKETS.get(split, (0, 100))
+  digest = hashlib.sha256(f"gsm-synth/multi/{split}/{seed}".encode()).digest()
+  rng = random.Random(int.from_bytes(digest, "big"))
+  out, seen = [], set()
+  for _ in range(200 * n + 1000):
+    if len(out) == n:
+      return out
+    group = groups[rng.choice(sorted(groups))]
+    order = rng.sample(group, len(group))
+    d = _Draw(rng, difficulty)
+    slots, x, opening = _open(group[0].scenario, d)
+    context = f"Question: {opening}"
+    if context in seen or not lo <= _bucket(context) < hi:
+      continue
+    follows = [_follow(order[j % len(order)], d, slots, x, opening) for j in range(k)]
+    if None in follows:  # This first number is too small for one of the templates.
+      continue
+    seen.add(context)
+    out.append(Story(context, tuple(f" {rest}\n<think>\n" for rest, _ in follows),
+                     tuple(p for _, p in follows)))
+  if len(out) < n:
+    raise ValueError(f"found only {len(out)} distinct {split} stories of {n} at {difficulty}")
   return out
 
 

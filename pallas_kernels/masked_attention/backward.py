@@ -71,8 +71,8 @@ def _dq(static, q, k, v, d_out, lse, delta, qmeta, kmeta, tree, skip, live_block
   row_scalar = pl.BlockSpec((None, None, bq, 1), lambda b, h, i: (b, h, i, 0))
   all_keys = pl.BlockSpec((None, slots, None, head_dim), lambda b, h, i: (b, 0, h, 0))
   in_specs = [row_block, row_block, row_scalar, row_scalar,
-              pl.BlockSpec((None, bq, 2), lambda b, h, i: (b, i, 0)), all_keys, all_keys,
-              pl.BlockSpec((None, 4, slots), lambda b, h, i: (b, 0, 0)),
+              pl.BlockSpec((None, bq, qmeta.shape[-1]), lambda b, h, i: (b, i, 0)), all_keys, all_keys,
+              pl.BlockSpec((None, kmeta.shape[1], slots), lambda b, h, i: (b, 0, 0)),
               pl.BlockSpec((None, None, skip.shape[2]), lambda b, h, i: (b, i, 0)),
               pl.BlockSpec((None,), lambda b, h, i: (b,)), pl.BlockSpec((1,), lambda b, h, i: (0,))]
   operands = [q, d_out, lse, delta, qmeta, k, v, kmeta, skip, live_blocks, window]
@@ -120,9 +120,9 @@ def _dkdv(static, q, k, v, d_out, lse, delta, qmeta, kmeta, tree, skip_by_key, w
   key_block = pl.BlockSpec((None, bk, None, head_dim), lambda b, h, j: (b, j, h, 0))
   all_rows = pl.BlockSpec((None, None, rows, head_dim), lambda b, h, j: (b, h, 0, 0))
   all_row_scalars = pl.BlockSpec((None, None, rows, 1), lambda b, h, j: (b, h, 0, 0))
-  in_specs = [key_block, key_block, pl.BlockSpec((None, 4, bk), lambda b, h, j: (b, 0, j)),
+  in_specs = [key_block, key_block, pl.BlockSpec((None, kmeta.shape[1], bk), lambda b, h, j: (b, 0, j)),
               all_rows, all_rows, all_row_scalars, all_row_scalars,
-              pl.BlockSpec((None, rows, 2), lambda b, h, j: (b, 0, 0)),
+              pl.BlockSpec((None, rows, qmeta.shape[-1]), lambda b, h, j: (b, 0, 0)),
               pl.BlockSpec((None, None, skip_by_key.shape[2]), lambda b, h, j: (b, j, 0)),
               pl.BlockSpec((1,), lambda b, h, j: (0,))]
   operands = [k, v, kmeta, q, d_out, lse, delta, qmeta, skip_by_key, window]

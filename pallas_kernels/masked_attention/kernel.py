@@ -3,12 +3,13 @@
 One kernel serves every pattern jaxdec decodes with: causal prefill and decode, speculative
 verification (a chain or draft tree against a cache with per-row lengths), drafting (a tree
 wider than the forward), and diffusion (bidirectional, block-causal, windowed caches, hidden mask
-keys). The dense [B, T, S] mask is never built: the kernel evaluates visibility inside each
+keys, independent streams). The dense [B, T, S] mask is never built: the kernel evaluates visibility inside each
 [block_q, block_k] tile from per-query and per-key metadata that XLA prepares in O(B (T + S)),
 
-  query rows  i32[B, R, 2]: position, 1 if a given (non-mask) token;
-  key slots   i32[B, 4, S]: position, 1 if live (slot < kv_length), its column in the tree
-              (slot - start in [0, W), else -1), 1 if a hidden mask key;
+  query rows  i32[B, R, 4]: position, 1 if a given (non-mask) token, its segment and the
+              segment it reads (both 0 without `Segments`);
+  key slots   i32[B, 5, S]: position, 1 if live (slot < kv_length), its column in the tree
+              (slot - start in [0, W), else -1), 1 if a hidden mask key, its segment;
   tree rows   f32[B, R, W']: the tree's row for each query (W padded), read for a tile's keys
               by a [W', block_k] one-hot product (no gather in the kernel);
 
@@ -84,7 +85,8 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: f
   skip, live_blocks = _skip_table(qmeta, kmeta, rows, mask, bq, bk, window[0], tree is not None)
 
   static = Static(bq=bq, bk=bk, pattern=mask.pattern, scale=float(scale), softcap=softcap,
-                  hidden=mask.hidden_keys is not None, variant=variant, interpret=interpret)
+                  hidden=mask.hidden_keys is not None, segments=mask.segments is not None,
+                  variant=variant, interpret=interpret)
   out = flash(static, q_rows, k, v, (qmeta, kmeta, tree, skip, live_blocks, window))
   return unfold_rows(out, steps, heads)
 
@@ -99,11 +101,13 @@ class Static:
   scale: float
   softcap: float | None
   hidden: bool
+  segments: bool
   variant: str
   interpret: bool
 
   def tile_args(self) -> dict:
-    return dict(pattern=self.pattern, scale=self.scale, softcap=self.softcap, hidden=self.hidden)
+    return dict(pattern=self.pattern, scale=self.scale, softcap=self.softcap, hidden=self.hidden,
+                segments=self.segments)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -145,7 +149,11 @@ def _metadata(mask, group: int, rows: int, slots: int):
   rel = slot - start[:, None]  # [B, S]: which of this forward's tokens a slot holds.
   given = (jnp.ones((batch, steps), jnp.int32) if mask.hidden_keys is None
            else (~mask.hidden_keys).astype(jnp.int32))
-  qmeta = jnp.stack([mask.q_positions.astype(jnp.int32), given], axis=-1)
+  zeros = jnp.zeros((batch, steps), jnp.int32)
+  seg = mask.segments
+  q_seg, q_reads = (zeros, zeros) if seg is None else (seg.q, seg.reads)
+  qmeta = jnp.stack([mask.q_positions.astype(jnp.int32), given, q_seg.astype(jnp.int32),
+                     q_reads.astype(jnp.int32)], axis=-1)
   qmeta = jnp.repeat(qmeta, group, axis=1)
   live = (slot < mask.kv_length[:, None]).astype(jnp.int32)
   column = jnp.full((batch, slots), -1, jnp.int32)
@@ -160,7 +168,8 @@ def _metadata(mask, group: int, rows: int, slots: int):
     in_block = (rel >= 0) & (rel < steps)
     marked = jnp.take_along_axis(mask.hidden_keys, jnp.clip(rel, 0, steps - 1), axis=1)
     hidden = (in_block & marked).astype(jnp.int32)
-  kmeta = jnp.stack([mask.kv_positions.astype(jnp.int32), live, column, hidden], axis=1)
+  k_seg = jnp.zeros((batch, slots), jnp.int32) if seg is None else seg.kv.astype(jnp.int32)
+  kmeta = jnp.stack([mask.kv_positions.astype(jnp.int32), live, column, hidden, k_seg], axis=1)
   return qmeta, kmeta, tree
 
 
@@ -191,7 +200,7 @@ def _skip_table(qmeta, kmeta, rows: int, mask, bq: int, bk: int, window, has_tre
   return skip.astype(jnp.int32), live_blocks.astype(jnp.int32)
 
 
-def _visible(qmeta, kmeta, tree, window, pattern, hidden: bool):
+def _visible(qmeta, kmeta, tree, window, pattern, hidden: bool, segments: bool):
   """bool[bq, bk] for one tile: `MaskSpec.dense`, from the metadata."""
   q_pos, k_pos = qmeta[:, 0:1], kmeta[0:1, :]
   visible = pattern.visible(q_pos, k_pos)
@@ -204,16 +213,20 @@ def _visible(qmeta, kmeta, tree, window, pattern, hidden: bool):
   if hidden:
     given_query, hidden_key = qmeta[:, 1:2] > 0, kmeta[3:4, :] > 0
     visible &= (~hidden_key | (q_pos == k_pos)) & (~given_query | (k_pos <= q_pos))
+  if segments:
+    k_seg = kmeta[4:5, :]
+    visible &= (k_seg == qmeta[:, 2:3]) | (k_seg == qmeta[:, 3:4])
   return visible & (kmeta[1:2, :] > 0) & ((q_pos - k_pos) < window)
 
 
-def scores(q, k, qmeta, kmeta, tree, window, *, pattern, scale, softcap, hidden):
+def scores(q, k, qmeta, kmeta, tree, window, *, pattern, scale, softcap, hidden, segments):
   """(masked scores f32[bq, bk] (-inf where hidden), the soft-capped scores before masking)."""
   s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
   s = s * scale
   if softcap is not None:
     s = jnp.tanh(s / softcap) * softcap
-  return jnp.where(_visible(qmeta, kmeta, tree, window, pattern, hidden), s, -jnp.inf), s
+  return jnp.where(_visible(qmeta, kmeta, tree, window, pattern, hidden, segments), s,
+                   -jnp.inf), s
 
 
 def _tile(q, k, v, qmeta, kmeta, tree, window, carry, **tile_args):
@@ -264,8 +277,8 @@ def _tpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
   in_specs = [
       pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j, *_: (b, h, i, 0)),
       kv_spec, kv_spec,
-      pl.BlockSpec((None, bq, 2), lambda b, h, i, j, *_: (b, i, 0)),
-      pl.BlockSpec((None, 4, bk), lambda b, h, i, j, *s: (b, 0, key_block(b, h, i, j, *s))),
+      pl.BlockSpec((None, bq, qmeta.shape[-1]), lambda b, h, i, j, *_: (b, i, 0)),
+      pl.BlockSpec((None, kmeta.shape[1], bk), lambda b, h, i, j, *s: (b, 0, key_block(b, h, i, j, *s))),
   ]
   operands = [q, k, v, qmeta, kmeta]
   if tree is not None:
@@ -312,8 +325,8 @@ def _gpu_call(q, k, v, qmeta, kmeta, tree, skip, live_blocks, window, *, bq, bk,
       pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i: (b, h, i, 0)),
       pl.BlockSpec((None, slots, None, head_dim), lambda b, h, i: (b, 0, h, 0)),
       pl.BlockSpec((None, slots, None, head_dim), lambda b, h, i: (b, 0, h, 0)),
-      pl.BlockSpec((None, bq, 2), lambda b, h, i: (b, i, 0)),
-      pl.BlockSpec((None, 4, slots), lambda b, h, i: (b, 0, 0)),
+      pl.BlockSpec((None, bq, qmeta.shape[-1]), lambda b, h, i: (b, i, 0)),
+      pl.BlockSpec((None, kmeta.shape[1], slots), lambda b, h, i: (b, 0, 0)),
       pl.BlockSpec((None, None, nk), lambda b, h, i: (b, i, 0)),
       pl.BlockSpec((None,), lambda b, h, i: (b,)),
       pl.BlockSpec((1,), lambda b, h, i: (0,)),

@@ -1,7 +1,7 @@
 """The masked-attention kernel equals jaxdec's XLA attention (its reference) - in interpret mode
 with both variants on a CPU, compiled with the platform's variant on a GPU or TPU - over the mask
 patterns jaxdec decodes with: ragged caches, prefill with padding, trees (as wide as the forward
-and wider), hidden mask keys, windows, slots in any order, GQA, head_dim 64 and 128, float32 and
+and wider), hidden mask keys, windows, independent streams (segments), slots in any order, GQA, head_dim 64 and 128, float32 and
 bfloat16, one tile and many."""
 
 import jax
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec
+from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec, Segments
 from pallas_kernels.common import assert_close, platform, variants_to_test
 from pallas_kernels.masked_attention import (VARIANTS, BlockSizes, masked_attention,
                                              reference_attention)
@@ -69,6 +69,10 @@ CASES = {
         hidden_keys=jnp.asarray(rng.random((3, 16)) < 0.5)),
     "traced window (sliding layer)": lambda rng: _cached([30, 12, 44], 4, 64,
                                                          window=jnp.asarray(9, jnp.int32)),
+    "parallel streams over a shared context": lambda rng: _cached(
+        [20, 36, 9], 6, 48, segments=Segments(
+            q=jnp.asarray(rng.integers(0, 3, (3, 6)), jnp.int32), reads=jnp.full((3, 6), 9, jnp.int32),
+            kv=jnp.asarray(rng.choice([0, 1, 2, 9], (3, 48)), jnp.int32))),
 }
 
 

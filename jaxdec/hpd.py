@@ -1,0 +1,170 @@
+"""Hyper-Parallel Decoding (HPD): many independent continuations of a shared context, decoded
+side by side inside one row.
+
+A row holds documents one after another, each its context and then its queries:
+
+    [ctx_0 | q_00 | q_01 | ... | ctx_1 | q_10 | ... | padding]
+
+A context's tokens take positions 0, 1, ... in a segment of their own; every query continues its
+context's positions (query j after a context of C tokens sits at C, C + 1, ...: the positions
+it would have if `context + query` were decoded alone) in a segment of its own that reads its
+context and nothing else (`jaxdec.model.Segments`). Each decode step feeds one token per stream,
+every stream of the row in one forward, each at its own next position and in its own segment:
+the context's K/V are computed once and shared, the streams never see each other, and each
+stops at its own stop token or budget. So a stream's greedy output is that of decoding
+`context + query` alone, while a row does the work of one long sequence instead of a batch of
+copies of the context (the paper: up to 13.8x on attribute-value extraction).
+
+`pack` lays documents out on the host; `parallel_generate` is the pure, jittable loop (one
+prefill, one `lax.while_loop`, static shapes, traced budget). `jaxdec.parallel_generate` is the
+validated entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxdec.decoding import DecodeOutput, typed_key
+from jaxdec.model import KVCache, ModelConfig, Segments, decode_hidden, embed, forward, unembed
+from jaxdec.model.kv_cache import write_slots
+from jaxdec.sampling import Sampling, sample_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+  """Documents laid out in rows (host numpy arrays; see the module docstring).
+
+  tokens, positions, segments, reads: i32[B, W]; lengths: i32[B] real tokens per row;
+  ends: i32[B, N] the index in its row of each stream's last query token (-1: no stream);
+  order: (row, stream) of each query, documents' queries one after another.
+  Stream n of a row has segment n; document d's context has segment N + d; padding -1."""
+
+  tokens: np.ndarray
+  positions: np.ndarray
+  segments: np.ndarray
+  reads: np.ndarray
+  lengths: np.ndarray
+  ends: np.ndarray
+  order: tuple[tuple[int, int], ...]
+
+
+def pack(documents, rows: int = 1, width: int | None = None, streams: int | None = None) -> Packed:
+  """Lay out `documents`, a list of (context token ids, [query token ids, ...]), in `rows` rows,
+  each document whole in one row (round robin), into static sizes `width` x `streams` (default:
+  just enough). Queries must be non-empty; a context may be empty (then its queries are plain
+  prompts packed side by side)."""
+  per_row = [documents[r::rows] for r in range(rows)]
+  need_width = max(sum(len(c) + sum(len(q) for q in qs) for c, qs in docs) for docs in per_row)
+  need_streams = max(sum(len(qs) for _, qs in docs) for docs in per_row)
+  width = need_width if width is None else width
+  streams = need_streams if streams is None else streams
+  if width < need_width or streams < need_streams:
+    raise ValueError(f"pack: the documents need width {need_width} and {need_streams} streams "
+                     f"per row, got width={width}, streams={streams}")
+  shape = (rows, max(width, 1))
+  tokens, positions = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+  segments, reads = np.full(shape, -1, np.int32), np.full(shape, -1, np.int32)
+  ends = np.full((rows, max(streams, 1)), -1, np.int32)
+  lengths = np.zeros((rows,), np.int32)
+  order = [None] * len(documents)
+  for r, docs in enumerate(per_row):
+    at, stream = 0, 0
+    for d, (context, queries) in enumerate(docs):
+      ctx_segment = streams + d
+      span = slice(at, at + len(context))
+      tokens[r, span], positions[r, span] = context, np.arange(len(context))
+      segments[r, span], reads[r, span] = ctx_segment, ctx_segment
+      at += len(context)
+      placed = []
+      for query in queries:
+        span = slice(at, at + len(query))
+        tokens[r, span] = query
+        positions[r, span] = len(context) + np.arange(len(query))
+        segments[r, span], reads[r, span] = stream, ctx_segment
+        at += len(query)
+        ends[r, stream] = at - 1
+        placed.append((r, stream))
+        stream += 1
+      order[r + d * rows] = placed
+    lengths[r] = at
+  return Packed(tokens, positions, segments, reads, lengths, ends,
+                tuple(p for placed in order for p in placed))
+
+
+@struct.dataclass
+class _State:
+  cache: KVCache
+  kv_segments: jax.Array  # i32[B, S]: the segment of each cache slot.
+  tokens: jax.Array  # i32[B, N, T]
+  count: jax.Array  # i32[B, N]: tokens generated per stream.
+  done: jax.Array  # bool[B, N]
+  steps: jax.Array  # i32[]: forwards run (prefill included).
+
+
+def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, segments: jax.Array,
+                      reads: jax.Array, lengths: jax.Array, ends: jax.Array,
+                      max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
+                      config: ModelConfig, buffer_len: int, sampling: Sampling | None = None,
+                      pad_id: int = 0) -> DecodeOutput:
+  """Decode every stream of packed rows (`pack`'s arrays) up to `max_new_tokens` (a traced
+  scalar, at most the static `buffer_len` T) tokens each, or to its first stop token.
+
+  Returns DecodeOutput with tokens i32[B, N, T] and lengths i32[B, N] per stream (0 for slots
+  without a stream), stats `nfe` i32[B] (forwards per row) and `steps`. Sampled tokens are keyed
+  by (row * N + stream, position), so a stream's draw does not depend on its neighbours.
+  """
+  batch, width = tokens.shape
+  streams = ends.shape[1]
+  key = typed_key(key)
+  live = ends >= 0
+  budget = jnp.minimum(jnp.asarray(max_new_tokens, jnp.int32), buffer_len)
+  capacity = width + streams * buffer_len
+  stream_ids = jnp.broadcast_to(jnp.arange(streams, dtype=jnp.int32), (batch, streams))
+  at_end = jnp.maximum(ends, 0)
+  stream_reads = jnp.take_along_axis(reads, at_end, axis=1)
+  start = jnp.take_along_axis(positions, at_end, axis=1) + 1  # Position of the first new token.
+  keyed_rows = (jnp.arange(batch, dtype=jnp.int32)[:, None] * streams + stream_ids).reshape(-1)
+
+  def choose(logits, at):  # logits f32[B, N, V] for tokens at positions i32[B, N].
+    flat = sample_tokens(logits.reshape(batch * streams, -1), sampling, key, keyed_rows,
+                         at.reshape(-1))
+    token = flat.reshape(batch, streams)
+    return token, jnp.isin(token, stop_tokens)
+
+  kv_segments = jnp.full((batch, capacity), -1, jnp.int32).at[:, :width].set(segments)
+  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  hidden, _, cache = decode_hidden(
+      params, embed(params, tokens), positions, cache, config=config, valid_lengths=lengths,
+      segments=Segments(q=segments, reads=reads, kv=kv_segments))
+  cache = cache.with_length(lengths)
+  last_hidden = jnp.take_along_axis(hidden, at_end[:, :, None], axis=1)
+  first, stop = choose(unembed(params, last_hidden, config), start)
+  out = jnp.full((batch, streams, buffer_len), pad_id, jnp.int32).at[:, :, 0].set(first)
+  state = _State(cache=cache, kv_segments=kv_segments, tokens=out,
+                 count=live.astype(jnp.int32), done=~live | stop | (budget <= 1),
+                 steps=jnp.ones((), jnp.int32))
+
+  def step(s: _State) -> _State:
+    at = start + s.count - 1  # Position of each stream's latest token, fed now.
+    last = jnp.take_along_axis(s.tokens, jnp.maximum(s.count - 1, 0)[:, :, None], axis=2)[..., 0]
+    kv = write_slots(s.kv_segments, stream_ids, s.cache.length)
+    logits, _, cache = forward(params, last, at, s.cache, config=config,
+                               segments=Segments(q=stream_ids, reads=stream_reads, kv=kv))
+    token, stop = choose(logits, at + 1)
+    active = ~s.done
+    slot = jnp.where(active, s.count, buffer_len)  # Finished streams write nowhere.
+    rows = jnp.arange(batch)[:, None]
+    out = s.tokens.at[rows, stream_ids, slot].set(token, mode="drop")
+    count = s.count + active.astype(jnp.int32)
+    done = s.done | (active & (stop | (count >= budget)))
+    return _State(cache=cache, kv_segments=kv, tokens=out, count=count, done=done,
+                  steps=s.steps + 1)
+
+  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+  return DecodeOutput(tokens=state.tokens, lengths=state.count,
+                      stats={"nfe": jnp.broadcast_to(state.steps, (batch,)), "steps": state.steps})
