@@ -7,7 +7,7 @@
 """
 
 from jaxdec.api import (diffusion_generate, forward, generate, parallel_generate,
-                        push_forward_generate, speculative_generate)
+                        push_forward_generate, speculative_generate, ssr_generate)
 from jaxdec.io import (export_hf, load, load_drafter, load_push_forward, load_tokenizer, save,
                        shard)
 from jaxdec.model import Model, ModelConfig
@@ -17,4 +17,4 @@ from jaxdec.text import complete
 __version__ = "0.1.0"
 
 __all__ = ["load", "load_drafter", "load_push_forward", "load_tokenizer", "forward", "generate",
-           "speculative_generate", "diffusion_generate", "parallel_generate", "push_forward_generate", "complete", "export_hf", "save", "shard", "Model", "ModelConfig", "Sampling"]
+           "speculative_generate", "diffusion_generate", "parallel_generate", "ssr_generate", "push_forward_generate", "complete", "export_hf", "save", "shard", "Model", "ModelConfig", "Sampling"]

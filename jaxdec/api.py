@@ -228,6 +228,59 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
 
 
 @functools.partial(jax.jit, static_argnames=("buffer_len",))
+def _ssr_reason_jit(model, prompt, prompt_lengths, max_new_tokens, stop_tokens, ssr, *,
+                    buffer_len):
+  return spec.ssr.ssr_reason(model.params, prompt, prompt_lengths, max_new_tokens, stop_tokens,
+                             config=model.config, ssr=ssr, buffer_len=buffer_len,
+                             pad_id=decoding.pad_id(model.config))
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len",))
+def _ssr_answer_jit(model, reasoned, prompt_lengths, max_new_tokens, stop_tokens, ssr, *,
+                    buffer_len):
+  return spec.ssr.ssr_answer(model.params, reasoned, prompt_lengths, max_new_tokens, stop_tokens,
+                             config=model.config, ssr=ssr, buffer_len=buffer_len,
+                             pad_id=decoding.pad_id(model.config))
+
+
+def ssr_inputs(model: Model, prompts, ssr, max_new_tokens: int, lengths=None, stop_tokens=None):
+  """Validated, placed (model, prompt, prompt_lengths, budget, stops, rows) for SSR's two
+  phases; rows: the real rows (placing may pad the batch)."""
+  if not isinstance(ssr, spec.SSR):
+    raise TypeError(f"ssr must be a jaxdec.spec.SSR (SSR.for_tokenizer(tokenizer, budgets)), "
+                    f"got {type(ssr).__name__}")
+  model, prompt, prompt_lengths, budget, _, _, stops = _ar_inputs(
+      model, prompts, lengths, max_new_tokens, None, None, stop_tokens)
+  ssr.check(model.config)
+  rows = prompt.shape[0]
+  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
+  return model, prompt, prompt_lengths, budget, stops, rows
+
+
+def ssr_generate(model: Model, prompts, ssr, max_new_tokens: int = 448, *, lengths=None,
+                 stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+  """SSR for a reasoning model (one that thinks inside `<think>` ... `</think>`): greedy
+  decoding whose final answer is drafted from the model's own answers at partial reasoning
+  budgets (`ssr`: `jaxdec.spec.SSR.for_tokenizer(tokenizer, budgets)`). The output equals
+  `generate`'s greedy output token for token; `max_new_tokens` covers reasoning and answer.
+  Two jitted phases, reasoning then answer (`jaxdec.spec.ssr`).
+
+  Returns:
+    DecodeOutput like `generate`; `stats` as `jaxdec.spec.ssr_generate`'s: `reasoning_length`,
+    `answer_length`, `reason_forwards`, `answer_forwards`, `answer_acceptance_length`,
+    `partial_answers`, ...
+  """
+  model, prompt, prompt_lengths, budget, stops, rows = ssr_inputs(
+      model, prompts, ssr, max_new_tokens, lengths, stop_tokens)
+  static = dict(buffer_len=decoding.bucket(budget))
+  reasoned = _ssr_reason_jit(model, prompt, prompt_lengths, np.int32(budget), stops, ssr, **static)
+  out = jax.block_until_ready(_ssr_answer_jit(model, reasoned, prompt_lengths, np.int32(budget),
+                                              stops, ssr, **static))
+  out = _gather(model, out, rows)
+  return out.replace(tokens=out.tokens[:, :budget])
+
+
+@functools.partial(jax.jit, static_argnames=("buffer_len",))
 def _push_forward_jit(student, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, *,
                       buffer_len):
   return kforcing.push_forward_generate(student, prompt, prompt_lengths, max_new_tokens, key,

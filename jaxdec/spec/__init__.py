@@ -13,11 +13,12 @@ from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.lookup import PromptLookup
 from jaxdec.spec.loop import speculative_generate
 from jaxdec.spec.simsd import SimSD
+from jaxdec.spec.ssr import SSR, SuffixCache, ssr_generate
 from jaxdec.spec.tree import DynamicTree, Topology, Tree
 from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation, Verdict,
                                 Verifier)
 
 __all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
-           "PromptLookup", "AdaPLD", "SimSD", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
+           "PromptLookup", "AdaPLD", "SimSD", "SSR", "SuffixCache", "ssr_generate", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
            "DynamicTree", "Topology", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
            "Truncation", "Collaborative"]

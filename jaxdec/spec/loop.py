@@ -232,12 +232,18 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
                   budget=clamp_budget(max_new_tokens, batch, buffer_len), config=config,
                   layers=tuple(drafter.hidden_layers(config)), controls=controls)
   state = _start(setting, prompt, capacity, buffer_len, pad_id)
-  steps = [functools.partial(_step, setting.replace(drafter=b)) for b in drafter.variants()]
+  return _output(setting, _decode(setting, state), buffer_len, pad_id)
+
+
+def _decode(c: _Step, state: _SpecState) -> _SpecState:
+  """Steps until every row is done, from any consistent state (after `_start`, or SSR's
+  reasoning phase): one compiled step per drafter variant, chosen with `lax.switch`."""
+  drafter = c.drafter
+  steps = [functools.partial(_step, c.replace(drafter=b)) for b in drafter.variants()]
 
   def step(s: _SpecState) -> _SpecState:
     if len(steps) == 1:
       return steps[0](s)
     return jax.lax.switch(jnp.clip(drafter.pick(s.draft_state), 0, len(steps) - 1), steps, s)
 
-  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return _output(setting, state, buffer_len, pad_id)
+  return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
