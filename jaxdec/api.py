@@ -550,7 +550,9 @@ def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
   widest = max(sum(len(c) + sum(len(q) for q in qs) for c, qs in documents[r::rows])
                for r in range(rows))
   most = max(sum(len(qs) for _, qs in documents[r::rows]) for r in range(rows))
-  packed = hpd.pack(documents, rows=rows, width=decoding.bucket(widest),
+  # Width in steps of 64 (not a power of two): every step attends over all of a row's slots, so
+  # rounding 278 up to 512 would nearly double each step's attention.
+  packed = hpd.pack(documents, rows=rows, width=-(-widest // 64) * 64,
                     streams=decoding.bucket(most, minimum=4))
   streams = packed.ends.shape[1]
   index = np.asarray([r * streams + n for r, n in packed.order])

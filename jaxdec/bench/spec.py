@@ -21,6 +21,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec import spec, zoo
+from jaxdec.bench import ssr as ssr_bench
 from jaxdec.bench.common import Timer, check_plot, report
 from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
@@ -194,6 +195,9 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
                              student_path, eagle_path)
   fns = {name: (lambda d=d: _run_jaxdec(model, prompts, new_tokens, d))
          for name, d in drafters.items()}
+  ssr = ssr_bench.settings(tokenizer) if task == "gsm-synth" else None
+  if ssr is not None:  # SSR: the same model drafts its answer from partial-reasoning answers.
+    fns[ssr_bench.label(ssr)] = lambda: ssr_bench.run_rows(model, ssr, prompts, new_tokens)
   tmp = tempfile.TemporaryDirectory()
   if peers:
     fns.update(_hf_methods(model, draft, prompts, new_tokens, eos, tmp.name))
@@ -231,9 +235,12 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
           f"{len(prompts)} {task} test problems")
   print(f"bench spec: {target_path} + {draft_path}, {what}, {new_tokens} new tokens, greedy, "
         f"batch 1, median of {repeats}")
-  return report(rows, columns, timer, {
-      "suite": "spec", "task": task, "target": target_path, "draft": draft_path, "prompts": len(prompts),
-      "new_tokens": new_tokens, "repeats": repeats}, out, figures if plot else None)
+  record = {"suite": "spec", "task": task, "target": target_path, "draft": draft_path,
+            "prompts": len(prompts), "new_tokens": new_tokens, "repeats": repeats}
+  if ssr is not None:
+    record["ssr_phases"] = ssr_bench.phases(model, ssr, prompts, new_tokens, repeats, timer)
+    ssr_bench.print_phases(record["ssr_phases"], len(prompts), repeats)
+  return report(rows, columns, timer, record, out, figures if plot else None)
 
 
 def _demo(drafter_fn):

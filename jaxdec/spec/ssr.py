@@ -115,10 +115,11 @@ def suffix_match(answers: jax.Array, lengths: jax.Array, seq: jax.Array, total: 
   answers i32[B, N, W] with lengths i32[B, N]; seq i32[B, S] committed in [0, total). For n =
   max_ngram..1, the last n committed tokens are looked up in every answer, where at least one
   token follows; the longest n wins, then the latest answer, then the earliest occurrence.
-  Returns (slot i32[B], start i32[B]: where the continuation begins, found bool[B]).
+  Returns (slot i32[B], start i32[B]: where the continuation begins, found bool[B], n i32[B]:
+  the matched suffix's length, 0 where none).
   """
   batch, num, width = answers.shape
-  slot = start = jnp.zeros((batch,), jnp.int32)
+  slot = start = matched = jnp.zeros((batch,), jnp.int32)
   found = jnp.zeros((batch,), bool)
   for n in range(min(max_ngram, width), 0, -1):
     query = gather(seq, total[:, None] - n + jnp.arange(n, dtype=jnp.int32)[None, :])  # [B, n]
@@ -133,8 +134,9 @@ def suffix_match(answers: jax.Array, lengths: jax.Array, seq: jax.Array, total: 
     take = ~found & (jnp.max(score, axis=1) >= 0)
     slot = jnp.where(take, best // places, slot)
     start = jnp.where(take, best % places + n, start)
+    matched = jnp.where(take, n, matched)
     found |= take
-  return slot, start, found
+  return slot, start, found, matched
 
 
 @struct.dataclass
@@ -142,8 +144,13 @@ class SuffixCache(Drafter):
   """Suffix decoding over reference token spans: drafts the up to `num_tokens` tokens that follow
   the longest suffix of the committed sequence found in `answers` (`suffix_match`). SSR fills
   the spans with partial-CoT answers; any per-row spans work (retrieved text, earlier outputs).
-  Where no span matches and `lookup` is set, it falls back to prompt lookup over the committed
-  sequence itself (an answer echoes the question's and the scratchpad's words and numbers).
+
+  After a divergence the drafter stays aligned: its state is the (span, offset) that lines up
+  with the next token, advanced by every committed token, so a wrong number in a partial answer
+  (digits are single tokens) costs the digits that differ, not the rest of the sentence. Each
+  step it drafts, in order of preference: from a suffix match of at least `min_match` tokens;
+  from the alignment; from a shorter match; and, with `lookup`, by prompt lookup over the
+  committed sequence itself (an answer echoes the question's and the scratchpad's words).
 
   answers i32[B, N, W], lengths i32[B, N] (tokens valid per span) are leaves, one set per row."""
 
@@ -152,6 +159,7 @@ class SuffixCache(Drafter):
   max_ngram: int = struct.field(pytree_node=False, default=4)
   num_tokens: int = struct.field(pytree_node=False, default=16)
   lookup: bool = struct.field(pytree_node=False, default=True)
+  min_match: int = struct.field(pytree_node=False, default=2)
   forwards = 0
 
   @property
@@ -161,20 +169,36 @@ class SuffixCache(Drafter):
   def check(self, target: ModelConfig) -> None:
     check_positive("max_ngram", self.max_ngram)
     check_positive("num_tokens", self.num_tokens)
+    check_positive("min_match", self.min_match)
+
+  def init(self, prompt, prompt_lengths, capacity, hidden):
+    """(span i32[B], offset i32[B]) aligned with the next token; offset -1: not aligned."""
+    batch = self.answers.shape[0]
+    return jnp.zeros((batch,), jnp.int32), jnp.full((batch,), -1, jnp.int32)
 
   def propose(self, state, ctx: Context):
-    slot, start, found = suffix_match(self.answers, self.lengths, ctx.seq, ctx.total,
-                                      self.max_ngram)
+    slot, start, found, matched = suffix_match(self.answers, self.lengths, ctx.seq, ctx.total,
+                                               self.max_ngram)
     rows = jnp.arange(self.answers.shape[0])
+    span, offset = state
+    aligned = (offset >= 0) & (offset < self.lengths[rows, span])
+    use_match = found & ((matched >= self.min_match) | ~aligned)
+    slot, start = jnp.where(use_match, slot, span), jnp.where(use_match, start, offset)
+    have = use_match | aligned
     offsets = start[:, None] + jnp.arange(self.num_tokens, dtype=jnp.int32)[None, :]
     tokens = gather(self.answers[rows, slot], offsets)
-    valid = found[:, None] & (offsets < self.lengths[rows, slot][:, None])
+    valid = have[:, None] & (offsets < self.lengths[rows, slot][:, None])
     if self.lookup:
       starts, seen, _ = lexical_matches(ctx, self.max_ngram, 1, 1)
       echoed, echo_valid = continuations(ctx, starts, seen, self.num_tokens)
-      tokens = jnp.where(found[:, None], tokens, echoed)
-      valid = jnp.where(found[:, None], valid, echo_valid)
-    return Draft(tokens=tokens, valid=valid), state
+      tokens = jnp.where(have[:, None], tokens, echoed)
+      valid = jnp.where(have[:, None], valid, echo_valid)
+    return Draft(tokens=tokens, valid=valid), (slot, jnp.where(have, start, -1))
+
+  def update(self, state, feedback):
+    span, offset = state
+    moved = jnp.where(offset >= 0, offset + feedback.count, -1)
+    return span, jnp.where(feedback.active, moved, offset)
 
 
 @struct.dataclass
@@ -355,7 +379,8 @@ def ssr_answer(params: dict, reasoned: Reasoned, prompt_lengths: jax.Array,
                        prompt_lengths=prompt_lengths, budget=budget, controls=Controls())
   reasoning_length = reasoned.total - prompt_lengths
   state = loop._SpecState(
-      cache=reasoned.cache, draft_state=(), seq=reasoned.seq, total=reasoned.total,
+      cache=reasoned.cache, draft_state=drafter.init(None, prompt_lengths, 0, None),
+      seq=reasoned.seq, total=reasoned.total,
       done=reasoned.done | (reasoning_length >= budget), hidden=None,
       target_forwards=jnp.zeros((batch,), jnp.int32),
       accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),

@@ -28,3 +28,6 @@ def test_bench_on_a_task_scores_every_method_and_checks_it_against_ar(tmp_path, 
     assert row["same as AR"] and row["accuracy"] == expected
   assert record["task"] == "gsm-synth"
   assert "2 gsm-synth test problems, 16 new tokens" in capsys.readouterr().out
+  phases = record["ssr_phases"]  # SSR's reasoning and answer phases, timed apart.
+  assert [r["method"] for r in phases][0] == "greedy AR" and phases[1]["same as AR"]
+  assert all(r["reasoning s"] > 0 and r["total s"] > 0 for r in phases)

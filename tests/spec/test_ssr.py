@@ -32,14 +32,14 @@ def _ctx(tokens):
 def test_suffix_match_prefers_longest_ngram_then_latest_answer_then_earliest():
   answers, lengths = _answers([[5, 6, 7, 8, 9], [1, 6, 7, 3, 6, 7, 4], [6, 7, 2]])
   seq, total = _seq([9, 9, 5, 6, 7])
-  slot, start, found = suffix_match(answers, lengths, seq, total, max_ngram=3)
-  assert (int(slot[0]), int(start[0]), bool(found[0])) == (0, 3, True)  # "5 6 7" -> 8
+  slot, start, found, n = suffix_match(answers, lengths, seq, total, max_ngram=3)
+  assert (int(slot[0]), int(start[0]), bool(found[0]), int(n[0])) == (0, 3, True, 3)  # "5 6 7" -> 8
   seq, total = _seq([9, 9, 1, 6, 7])  # "1 6 7" only in answer 1; "6 7" in all three
-  assert [int(x[0]) for x in suffix_match(answers, lengths, seq, total, 3)] == [1, 3, 1]
+  assert [int(x[0]) for x in suffix_match(answers, lengths, seq, total, 3)] == [1, 3, 1, 3]
   seq, total = _seq([9, 9, 4, 6, 7])  # Only "6 7": the latest answer (2) wins.
-  assert [int(x[0]) for x in suffix_match(answers, lengths, seq, total, 3)] == [2, 2, 1]
+  assert [int(x[0]) for x in suffix_match(answers, lengths, seq, total, 3)] == [2, 2, 1, 2]
   seq, total = _seq([9, 9, 4, 3, 6, 7])  # max_ngram 4: "3 6 7" (answer 1, second occurrence)
-  assert [int(x[0]) for x in suffix_match(answers, lengths, seq, total, 4)] == [1, 6, 1]
+  assert [int(x[0]) for x in suffix_match(answers, lengths, seq, total, 4)] == [1, 6, 1, 3]
 
 
 def test_suffix_match_needs_a_following_token_and_a_valid_span():
@@ -52,16 +52,36 @@ def test_suffix_match_needs_a_following_token_and_a_valid_span():
 
 def test_suffix_cache_drafts_from_answers_then_falls_back_to_the_sequence():
   answers, lengths = _answers([[5, 6, 7, 8, 9, 10]])
-  draft, _ = SuffixCache(answers, lengths, max_ngram=3, num_tokens=4).propose(
-      (), _ctx([2, 3, 4, 11, 2, 3, 5, 6]))
+  cache = SuffixCache(answers, lengths, max_ngram=3, num_tokens=4)
+  unaligned = cache.init(None, None, 0, None)
+  draft, _ = cache.propose(unaligned, _ctx([2, 3, 4, 11, 2, 3, 5, 6]))
   np.testing.assert_array_equal(draft.tokens[0], [7, 8, 9, 10])
   np.testing.assert_array_equal(draft.valid[0], [True] * 4)
   ctx = _ctx([2, 3, 4, 11, 2, 3])  # Not in the answer: "2 3" earlier in the sequence.
-  draft, _ = SuffixCache(answers, lengths, max_ngram=3, num_tokens=4).propose((), ctx)
+  draft, _ = cache.propose(unaligned, ctx)
   np.testing.assert_array_equal(draft.tokens[0, :4], [4, 11, 2, 3])
   np.testing.assert_array_equal(draft.valid[0], [True] * 4)
-  draft, _ = SuffixCache(answers, lengths, 3, 4, lookup=False).propose((), ctx)
+  draft, _ = SuffixCache(answers, lengths, 3, 4, lookup=False).propose(unaligned, ctx)
   assert not np.asarray(draft.valid).any()
+
+
+def test_suffix_cache_stays_aligned_after_a_wrong_token():
+  """A partial answer "= 7 6 8 . #" against a committed "= 6": no 2-token match, so the draft
+  continues from the alignment (the token after the one that differed), and the alignment
+  advances with every committed token."""
+  answers, lengths = _answers([[20, 7, 6, 8, 30, 31]])
+  cache = SuffixCache(answers, lengths, max_ngram=3, num_tokens=3)
+  state = (jnp.zeros((1,), jnp.int32), jnp.asarray([2], jnp.int32))  # Next token <-> index 2.
+  draft, state = cache.propose(state, _ctx([9, 20, 6]))
+  np.testing.assert_array_equal(draft.tokens[0], [6, 8, 30])
+  assert [int(x[0]) for x in state] == [0, 2]
+  feedback = spec.Feedback(draft=draft, verdict=None, count=jnp.asarray([2], jnp.int32),
+                           total=None, active=jnp.asarray([True]), logits=None)
+  assert [int(x[0]) for x in cache.update(state, feedback)] == [0, 4]
+  # A match of min_match tokens or more overrides the alignment.
+  draft, state = cache.propose(state, _ctx([9, 20, 7]))
+  np.testing.assert_array_equal(draft.tokens[0], [6, 8, 30])
+  assert [int(x[0]) for x in state] == [0, 2]
 
 
 def _tiny_ssr(model, prompts, **options):

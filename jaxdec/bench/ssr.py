@@ -1,0 +1,113 @@
+"""SSR's rows for `jaxdec bench spec --task gsm-synth`: the whole run (a row like the other
+drafters') and a phase table, reasoning and answer timed apart.
+
+Greedy AR's phases are cut at the same token SSR's are (the end of "</think>\\n"): its reasoning
+time is greedy AR run with that many new tokens, through the same compiled loop (same buffers)
+as the full run, and its answer time is the full run's minus that. SSR's phases are its two
+jitted functions timed on their own. Batch 1, prompt by prompt, medians of interleaved repeats.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec import api, ar, decoding, spec
+from jaxdec.bench.common import Timer, format_table
+
+BUDGETS = tuple(range(32, 448, 32))  # A partial answer at every 32 reasoning tokens (line end).
+NUM_TOKENS = 6  # Drafted per answer step: each verified token costs compute on this CPU.
+
+
+def settings(tokenizer, budgets=BUDGETS, num_tokens: int = NUM_TOKENS) -> spec.SSR:
+  return spec.SSR.for_tokenizer(tokenizer, budgets, answer_tokens=64, num_tokens=num_tokens)
+
+
+def label(ssr: spec.SSR) -> str:
+  step = np.diff(np.asarray(ssr.budgets))
+  every = f"every {int(step[0])}" if step.size and (step == step[0]).all() else "at budgets"
+  return f"jaxdec SSR (partial answers {every} tokens, {ssr.num_tokens} drafted)"
+
+
+def run_rows(model, ssr: spec.SSR, prompts, new_tokens: int):
+  """Per prompt (tokens, target forwards, accepted), as `bench.spec._run_jaxdec`."""
+  outs = []
+  for p in prompts:
+    out = jaxdec.ssr_generate(model, [p], ssr, max_new_tokens=new_tokens)
+    jax.block_until_ready(out.tokens)
+    outs.append((np.asarray(out.tokens[0, : int(out.lengths[0])]), int(out.stats["nfe"][0]),
+                 out.stats["accepted"]))
+  return outs
+
+
+def phases(model, ssr: spec.SSR, prompts, new_tokens: int, repeats: int,
+           timer: Timer) -> list[dict]:
+  """Greedy AR vs SSR, reasoning and answer phases timed apart (module docstring)."""
+  config, pad = model.config, decoding.pad_id(model.config)
+  buffer_len = decoding.bucket(new_tokens)
+  plain = jax.jit(functools.partial(ar.generate, config=config, buffer_len=buffer_len,
+                                    pad_id=pad))
+  inputs = [api.ssr_inputs(model, [p], ssr, new_tokens) for p in prompts]
+  static = dict(buffer_len=buffer_len)
+
+  def reason(i):
+    _, prompt, lengths, budget, stops, _ = inputs[i]
+    return api._ssr_reason_jit(model, prompt, lengths, np.int32(budget), stops, ssr, **static)
+
+  reasoned = [jax.block_until_ready(reason(i)) for i in range(len(prompts))]
+  cut = [int(r.total[0] - inp[2][0]) for r, inp in zip(reasoned, inputs)]  # To "</think>\n".
+
+  def answer(i):
+    _, _, lengths, budget, stops, _ = inputs[i]
+    return api._ssr_answer_jit(model, reasoned[i], lengths, np.int32(budget), stops, ssr,
+                               **static)
+
+  def greedy(i, tokens):
+    _, prompt, lengths, _, stops, _ = inputs[i]
+    return plain(model.params, prompt, lengths, np.int32(tokens), None, stops)
+
+  def each(fn):
+    return lambda: [jax.block_until_ready(fn(i)) for i in range(len(prompts))]
+
+  fns = {"AR": each(lambda i: greedy(i, new_tokens)),
+         "AR reasoning": each(lambda i: greedy(i, cut[i])),
+         "SSR reasoning": each(reason), "SSR answer": each(answer)}
+  outs = {name: fn() for name, fn in fns.items()}  # Compile, and keep the outputs.
+  same = all(np.array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+             and int(a.lengths[0]) == int(b.lengths[0])
+             for a, b in zip(outs["AR"], outs["SSR answer"]))
+  t = timer.interleaved(fns, repeats)
+  stats = [{k: np.asarray(v)[0] for k, v in o.stats.items() if np.ndim(v)}
+           for o in outs["SSR answer"]]
+  first = [int(s["accepted"][0]) for s in stats if s["accepted"][0] >= 0]
+  answer_tokens = sum(int(s["answer_length"]) for s in stats)
+  answer_forwards = sum(int(s["answer_forwards"]) for s in stats)
+  plain_answer = t["AR"] - t["AR reasoning"]
+  rows = [
+      {"method": "greedy AR", "reasoning s": t["AR reasoning"], "answer s": plain_answer,
+       "total s": t["AR"], "answer tau": 1.0, "answer latency vs AR": 1.0,
+       "total vs AR": 1.0},
+      {"method": label(ssr), "reasoning s": t["SSR reasoning"], "answer s": t["SSR answer"],
+       "total s": t["SSR reasoning"] + t["SSR answer"],
+       "answer tau": answer_tokens / max(answer_forwards, 1),
+       "answer latency vs AR": t["SSR answer"] / plain_answer,
+       "total vs AR": (t["SSR reasoning"] + t["SSR answer"]) / t["AR"],
+       "first answer step accepted": float(np.mean(first)) if first else 0.0,
+       "partial answers": float(np.mean([int(s["partial_answers"]) for s in stats])),
+       "same as AR": same},
+  ]
+  return rows
+
+
+PHASE_COLUMNS = ["method", "reasoning s", "answer s", "total s", "answer tau",
+                 "first answer step accepted", "partial answers", "answer latency vs AR",
+                 "total vs AR", "same as AR"]
+
+
+def print_phases(rows: list[dict], prompts: int, repeats: int) -> None:
+  print(f"SSR phases: {prompts} gsm-synth test problems, batch 1, median of {repeats}; greedy "
+        f"AR's phases cut where SSR's are (after '</think>\\n')")
+  print(format_table(rows, PHASE_COLUMNS))
