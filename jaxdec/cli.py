@@ -591,6 +591,11 @@ def _cmd_bench(args) -> int:
     eagle.run(args.task, steps=args.steps, seeds=args.seeds, depth=args.depth,
               num_prompts=args.prompts, workdir=args.workdir, only=args.only, out=args.out,
               plot=args.plot)
+  elif args.suite == "hpd":
+    from jaxdec.bench import hpd
+
+    hpd.run(args.task, args.model, counts=args.queries, new_tokens=args.new_tokens,
+            repeats=args.repeats, out=args.out)
   elif args.suite == "blocks":
     from jaxdec.bench import blocks
 
@@ -877,6 +882,23 @@ def _add_blocks_bench(suites):
   return bl
 
 
+def _add_hpd_bench(suites):
+  """`jaxdec bench hpd`'s parser."""
+  hp = suites.add_parser("hpd", help="Hyper-Parallel Decoding (many queries over one context in "
+                                     "one row) vs batched rows vs one query at a time")
+  hp.add_argument("--task", choices=("code", "gsm-synth"), default="code",
+                  help="code: a module header + its function signatures (zoo:pycode-ar); "
+                       "gsm-synth: stories with several questions (zoo:gsm-ar), scored")
+  hp.add_argument("--model", help="left out: the task's zoo model")
+  hp.add_argument("--queries", type=int, nargs="+",
+                  help="query counts, one table row each (left out: code 4 16 64, gsm-synth 4 16)")
+  hp.add_argument("--new-tokens", type=int,
+                  help="tokens per query at most (left out: code 32, gsm-synth 448)")
+  hp.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  hp.add_argument("--out", default="bench_results/hpd.json", help="JSON output path")
+  return hp
+
+
 def _add_ar_bench(suites):
   """`jaxdec bench ar`'s parser."""
   ar = suites.add_parser("ar", help="jaxdec greedy vs transformers generate")
@@ -897,7 +919,7 @@ def _add_ar_bench(suites):
 
 def _add_bench_parser(sub) -> None:
   """`jaxdec bench ar | spec | diffusion | kforcing | eagle | kernels | prefilling | blocks |
-  archer`."""
+  archer | hpd`."""
   bench = sub.add_parser("bench", help="benchmarks that print side-by-side ratios")
   suites = bench.add_subparsers(dest="suite", required=True)
   ar = _add_ar_bench(suites)
@@ -956,7 +978,8 @@ def _add_bench_parser(sub) -> None:
   pf = _add_prefilling_bench(suites)
   bl = _add_blocks_bench(suites)
   ah = _add_archer_bench(suites)
-  for suite in (ar, sp, df, kf, ea, kn, pf, bl, ah):
+  hp = _add_hpd_bench(suites)
+  for suite in (ar, sp, df, kf, ea, kn, pf, bl, ah, hp):
     _add_distributed_flags(suite)
   bench.set_defaults(fn=_cmd_bench)
 

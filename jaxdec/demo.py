@@ -31,11 +31,12 @@ def _ar(sampling=None):
 
 def methods() -> dict[str, Callable]:
   """name -> fn(models, prompts, new_tokens) -> (tokens i32[B, T], lengths i32[B], forwards i32[B])."""
-  from jaxdec.bench import diffusion, spec
+  from jaxdec.bench import diffusion, hpd, spec
 
   # The printed completions come from the first row: at 4M parameters greedy decoding repeats lines.
   return {"sampled AR, T=0.7 top-p 0.9 (pycode-ar)": _ar(jaxdec.Sampling.create(0.7, top_p=0.9)),
-          "greedy AR (pycode-ar)": _ar(), **spec.DEMO_METHODS, **diffusion.DEMO_METHODS}
+          "greedy AR (pycode-ar)": _ar(), **spec.DEMO_METHODS, **hpd.DEMO_METHODS,
+          **diffusion.DEMO_METHODS}
 
 
 COLUMNS = ["method", "tokens", "forwards", "tokens/forward", "tokens/s"]
@@ -75,6 +76,10 @@ def _gsm_methods() -> dict[str, Callable]:
   installed, gen = set(zoo.available()), gsm_synth.GEN_LENGTH
   ar = jaxdec.load("zoo:gsm-ar")
   found = {"greedy AR (gsm-ar)": lambda p: jaxdec.generate(ar, p, max_new_tokens=gen)}
+  ssr = spec.SSR.for_tokenizer(jaxdec.load_tokenizer("zoo:gsm-ar"), range(32, gen, 32),
+                               num_tokens=6)
+  found["SSR: answer drafted from partial-reasoning answers (gsm-ar)"] = (
+      lambda p: jaxdec.ssr_generate(ar, p, ssr, max_new_tokens=gen))
   if "gsm-draft" in installed:
     drafter = spec.DraftModel(jaxdec.load("zoo:gsm-draft"), 4)
     found["speculative, 4 draft tokens (gsm-draft)"] = lambda p: jaxdec.speculative_generate(

@@ -1,0 +1,125 @@
+"""`jaxdec bench hpd`: Hyper-Parallel Decoding (`jaxdec.parallel_generate`) against (a) every
+`context + query` as its own row of one batched `jaxdec.generate` call and (b) one query at a
+time, at several query counts, timed interleaved in one run.
+
+Testbeds: code (zoo:pycode-ar; a held-out standard-library module's header as the context, its
+functions' signature lines as queries, `jaxdec.tasks.code_queries`; more queries than one module
+offers come from further modules, stacked as documents in the same row) and gsm-synth
+(zoo:gsm-ar; stories with several independent questions, `gsm_synth.multi_question`, scored).
+Every HPD output is checked token for token against both baselines.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+import jaxdec
+from jaxdec.bench.common import Timer, report
+from jaxdec.tasks import code_queries, gsm_synth
+
+TASKS = ("code", "gsm-synth")
+_DEFAULTS = {"code": ("zoo:pycode-ar", 32, (4, 16, 64)),
+             "gsm-synth": ("zoo:gsm-ar", gsm_synth.GEN_LENGTH, (4, 16))}
+PER_DOCUMENT = {"code": 8, "gsm-synth": 16}  # Queries of one document at most (few held-out
+# modules have more than 8 functions).
+CONTEXT_CHARS = 300  # Code context: the header's last characters (pycode-ar has 256 positions).
+
+
+def _code(tokenizer, count: int, seed: int):
+  """(documents [(context ids, [query ids])], None): modules of up to 8 queries each."""
+  most = PER_DOCUMENT["code"]
+  modules = math.ceil(count / most)
+  per = [most] * (modules - 1) + [count - most * (modules - 1)]
+  docs = code_queries.stdlib_queries(min(count, most), modules, seed=seed,
+                                     context_chars=CONTEXT_CHARS)
+  return [(tokenizer.encode(d.context),
+           [tokenizer.encode(q, add_bos=False) for q in d.queries[:k]])
+          for d, k in zip(docs, per)], None
+
+
+def _gsm(tokenizer, count: int, seed: int):
+  """(documents, problems): stories of up to 16 questions."""
+  stories = math.ceil(count / PER_DOCUMENT["gsm-synth"])
+  k = count // stories
+  docs, problems = [], []
+  for story in gsm_synth.multi_question("test", stories, k, seed):
+    docs.append((tokenizer.encode(story.context),
+                 [tokenizer.encode(q, add_bos=False) for q in story.queries]))
+    problems += story.problems
+  return docs, problems
+
+
+def _cut(tokens, lengths):
+  return [np.asarray(t[: int(n)]) for t, n in zip(tokens, lengths)]
+
+
+def run(task: str = "code", model_path: str | None = None, counts=None,
+        new_tokens: int | None = None, repeats: int = 3, seed: int = 0,
+        out: str | None = None) -> dict:
+  """HPD vs batched rows vs one query at a time for each query count in `counts` (left out:
+  the task's model, new tokens and counts: code zoo:pycode-ar, 32, (4, 16, 64); gsm-synth
+  zoo:gsm-ar, 448, (4, 16))."""
+  if task not in TASKS:
+    raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+  default_model, default_tokens, default_counts = _DEFAULTS[task]
+  model_path = model_path or default_model
+  new_tokens = new_tokens or default_tokens
+  counts = tuple(counts or default_counts)
+  if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
+    raise ValueError(f"counts must be positive ints, got {counts!r}")
+  model, tokenizer = jaxdec.load(model_path), jaxdec.load_tokenizer(model_path)
+  timer, rows = Timer(), []
+  for count in counts:
+    docs, problems = (_code if task == "code" else _gsm)(tokenizer, count, seed)
+    prompts = [list(c) + list(q) for c, qs in docs for q in qs]
+    contexts = [list(c) for c, _ in docs]
+    queries = [[list(q) for q in qs] for _, qs in docs]
+    fns = {
+        "HPD": lambda: jaxdec.parallel_generate(model, contexts, queries, new_tokens),
+        "batched": lambda: jaxdec.generate(model, prompts, new_tokens),
+        "one at a time": lambda: [jaxdec.generate(model, [p], new_tokens) for p in prompts],
+    }
+    outs = {name: jax.block_until_ready(fn()) for name, fn in fns.items()}  # Compile + keep.
+    medians = timer.interleaved(fns, repeats)
+    hpd = _cut(outs["HPD"].tokens, outs["HPD"].lengths)
+    batched = _cut(outs["batched"].tokens, outs["batched"].lengths)
+    alone = [_cut(o.tokens, o.lengths)[0] for o in outs["one at a time"]]
+    tokens = sum(len(t) for t in hpd)
+    row = {
+        "queries": len(prompts), "documents": len(docs), "new tokens": tokens,
+        "HPD s": medians["HPD"], "batched s": medians["batched"],
+        "one at a time s": medians["one at a time"],
+        "HPD vs batched": medians["batched"] / medians["HPD"],
+        "HPD vs one at a time": medians["one at a time"] / medians["HPD"],
+        "HPD tokens/forward": float(np.mean(outs["HPD"].stats["tokens_per_forward"])),
+        "same as batched": all(np.array_equal(a, b) for a, b in zip(hpd, batched)),
+        "same as alone": all(np.array_equal(a, b) for a, b in zip(hpd, alone)),
+    }
+    if problems is not None:
+      row["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t in hpd], problems)
+    rows.append(row)
+  columns = ["queries", "documents", *(["accuracy"] if task == "gsm-synth" else []),
+             "new tokens", "HPD s", "batched s", "one at a time s", "HPD vs batched",
+             "HPD vs one at a time", "HPD tokens/forward", "same as batched", "same as alone"]
+  print(f"bench hpd: {task}, {model_path}, up to {new_tokens} new tokens per query, greedy, "
+        f"median of {repeats} interleaved runs")
+  return report(rows, columns, timer, {"suite": "hpd", "task": task, "model": model_path,
+                                       "new_tokens": new_tokens, "repeats": repeats}, out)
+
+
+def _demo(models, prompts, new_tokens):
+  """The demo's prompts as queries after a shared context (their common prefix, at least the
+  BOS token): one row for all of them."""
+  shared = 0
+  while all(len(p) > shared + 1 and p[shared] == prompts[0][shared] for p in prompts):
+    shared += 1
+  shared = max(shared, 1)
+  out = jaxdec.parallel_generate(models["ar"], list(prompts[0][:shared]),
+                                 [list(p[shared:]) for p in prompts], new_tokens)
+  return out.tokens, out.lengths, np.broadcast_to(out.stats["nfe"][0], (len(prompts),))
+
+
+DEMO_METHODS = {"HPD: all prompts in one row (pycode-ar)": _demo}
