@@ -1,6 +1,7 @@
 """`jaxdec bench hpd`: Hyper-Parallel Decoding (`jaxdec.parallel_generate`) against (a) every
 `context + query` as its own row of one batched `jaxdec.generate` call and (b) one query at a
-time, at several query counts, timed interleaved in one run.
+time, at several query counts, timed interleaved in one run. HPD runs twice: every document
+stacked in one row, and one document per row (`rows=`).
 
 Testbeds: code (zoo:pycode-ar; a held-out standard-library module's header as the context, its
 functions' signature lines as queries, `jaxdec.tasks.code_queries`; more queries than one module
@@ -79,12 +80,16 @@ def run(task: str = "code", model_path: str | None = None, counts=None,
     queries = [[list(q) for q in qs] for _, qs in docs]
     fns = {
         "HPD": lambda: jaxdec.parallel_generate(model, contexts, queries, new_tokens),
+        # The same documents one per row: a batch of packed rows, each attending over its own.
+        "HPD, a row per document": lambda: jaxdec.parallel_generate(
+            model, contexts, queries, new_tokens, rows=len(docs)),
         "batched": lambda: jaxdec.generate(model, prompts, new_tokens),
         "one at a time": lambda: [jaxdec.generate(model, [p], new_tokens) for p in prompts],
     }
     outs = {name: jax.block_until_ready(fn()) for name, fn in fns.items()}  # Compile + keep.
     medians = timer.interleaved(fns, repeats)
     hpd = _cut(outs["HPD"].tokens, outs["HPD"].lengths)
+    per_row = _cut(outs["HPD, a row per document"].tokens, outs["HPD, a row per document"].lengths)
     batched = _cut(outs["batched"].tokens, outs["batched"].lengths)
     alone = [_cut(o.tokens, o.lengths)[0] for o in outs["one at a time"]]
     tokens = sum(len(t) for t in hpd)
@@ -94,8 +99,13 @@ def run(task: str = "code", model_path: str | None = None, counts=None,
         "one at a time s": medians["one at a time"],
         "HPD vs batched": medians["batched"] / medians["HPD"],
         "HPD vs one at a time": medians["one at a time"] / medians["HPD"],
+        "row per document s": medians["HPD, a row per document"],
+        "row per document vs batched": medians["batched"] / medians["HPD, a row per document"],
+        "row per document vs one at a time": (medians["one at a time"]
+                                              / medians["HPD, a row per document"]),
         "HPD tokens/forward": float(np.mean(outs["HPD"].stats["tokens_per_forward"])),
-        "same as batched": all(np.array_equal(a, b) for a, b in zip(hpd, batched)),
+        "same as batched": all(np.array_equal(a, b) for a, b in zip(hpd, batched))
+                           and all(np.array_equal(a, b) for a, b in zip(per_row, batched)),
         "same as alone": all(np.array_equal(a, b) for a, b in zip(hpd, alone)),
     }
     if problems is not None:
@@ -103,7 +113,9 @@ def run(task: str = "code", model_path: str | None = None, counts=None,
     rows.append(row)
   columns = ["queries", "documents", *(["accuracy"] if task == "gsm-synth" else []),
              "new tokens", "HPD s", "batched s", "one at a time s", "HPD vs batched",
-             "HPD vs one at a time", "HPD tokens/forward", "same as batched", "same as alone"]
+             "HPD vs one at a time", "row per document s", "row per document vs batched",
+             "row per document vs one at a time", "HPD tokens/forward", "same as batched",
+             "same as alone"]
   print(f"bench hpd: {task}, {model_path}, up to {new_tokens} new tokens per query, greedy, "
         f"median of {repeats} interleaved runs")
   return report(rows, columns, timer, {"suite": "hpd", "task": task, "model": model_path,

@@ -18,7 +18,8 @@ from jaxdec import corpus
 @dataclasses.dataclass(frozen=True)
 class CodeQueries:
   """One module: `context` (the header's last characters, whole lines) and `queries` (signature
-  lines, each ending in a newline) of the functions `names`, in source order."""
+  lines of the functions `names`, in source order, without the final line break: the model
+  writes it, and a small tokenizer merges it with the body's indentation)."""
 
   name: str
   context: str
@@ -45,7 +46,7 @@ def _signatures(source: str, max_chars: int) -> tuple[int, list[tuple[str, str]]
     signature = "".join(lines[start:body])
     # `def f(): pass` on one line has no body to ask for.
     if body > node.lineno - 1 and len(signature) <= max_chars:
-      found.append((node.name, signature if signature.endswith("\n") else signature + "\n"))
+      found.append((node.name, signature.rstrip("\n")))
   return (len(lines) if first is None else first), found
 
 
