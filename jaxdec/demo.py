@@ -71,13 +71,13 @@ def _gsm_methods() -> dict[str, Callable]:
   decoding with gsm-draft and with gsm-mtp's heads and parallel diffusion with gsm-dlm where
   those are installed."""
   from jaxdec import diffusion, spec
+  from jaxdec.bench import ssr as ssr_bench
   from jaxdec.tasks import gsm_synth
 
   installed, gen = set(zoo.available()), gsm_synth.GEN_LENGTH
   ar = jaxdec.load("zoo:gsm-ar")
   found = {"greedy AR (gsm-ar)": lambda p: jaxdec.generate(ar, p, max_new_tokens=gen)}
-  ssr = spec.SSR.for_tokenizer(jaxdec.load_tokenizer("zoo:gsm-ar"), range(32, gen, 32),
-                               num_tokens=6)
+  ssr = ssr_bench.settings(jaxdec.load_tokenizer("zoo:gsm-ar"))
   found["SSR: answer drafted from partial-reasoning answers (gsm-ar)"] = (
       lambda p: jaxdec.ssr_generate(ar, p, ssr, max_new_tokens=gen))
   if "gsm-draft" in installed:

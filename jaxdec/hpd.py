@@ -141,7 +141,10 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
   hidden, _, cache = decode_hidden(
       params, embed(params, tokens), positions, cache, config=config, valid_lengths=lengths,
       segments=Segments(q=segments, reads=reads, kv=kv_segments))
-  cache = cache.with_length(lengths)
+  # Generated tokens start at slot `width` in every row (the padding before it is hidden by its
+  # segment, -1), so step t's stream n sits at slot width + t * N + n: the interleaved layout
+  # that lets attention score each stream against its own tokens only.
+  cache = cache.with_length(jnp.full((batch,), width, jnp.int32))
   last_hidden = jnp.take_along_axis(hidden, at_end[:, :, None], axis=1)
   first, stop = choose(unembed(params, last_hidden, config), start)
   out = jnp.full((batch, streams, buffer_len), pad_id, jnp.int32).at[:, :, 0].set(first)
@@ -154,7 +157,8 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
     last = jnp.take_along_axis(s.tokens, jnp.maximum(s.count - 1, 0)[:, :, None], axis=2)[..., 0]
     kv = write_slots(s.kv_segments, stream_ids, s.cache.length)
     logits, _, cache = forward(params, last, at, s.cache, config=config,
-                               segments=Segments(q=stream_ids, reads=stream_reads, kv=kv))
+                               segments=Segments(q=stream_ids, reads=stream_reads, kv=kv,
+                                                 interleaved_from=width))
     token, stop = choose(logits, at + 1)
     active = ~s.done
     slot = jnp.where(active, s.count, buffer_len)  # Finished streams write nowhere.

@@ -38,6 +38,39 @@ def test_segments_hide_other_streams_and_keep_the_pattern():
   np.testing.assert_array_equal(np.asarray(mask.dense()[0]), want)
 
 
+@pytest.mark.parametrize("softcap, window", [(None, None), (5.0, 3)])
+def test_interleaved_stream_attention_equals_the_dense_mask(softcap, window):
+  """The XLA backend's per-stream path (`Segments.interleaved_from`) computes what the dense mask
+  gives: shared slots [0, W) with padding and two documents, then 3 steps of 4 streams, the
+  last step only partly written (kv_length), GQA, soft-capping and a window."""
+  from jaxdec.model.attention import attention
+
+  rng = np.random.default_rng(1)
+  batch, width, streams, steps, heads, kv_heads, dim = 2, 7, 4, 3, 4, 2, 8
+  slots = width + steps * streams
+  ctx_seg = np.array([[4, 4, 4, 4, 5, 5, -1], [4, 4, 4, 5, 5, 5, 5]])  # -1: padding
+  ctx_pos = np.array([[0, 1, 2, 3, 0, 1, 0], [0, 1, 2, 0, 1, 2, 3]])
+  reads = np.array([[4, 4, 5, 5], [4, 5, 5, 5]])  # each stream's document context
+  start = np.take_along_axis(ctx_pos, np.array([[3, 3, 5, 5], [2, 6, 6, 6]]), axis=1) + 1
+  kv_seg = np.concatenate([ctx_seg, np.tile(np.arange(streams), (batch, steps))], axis=1)
+  gen_pos = (start[:, None, :] + np.arange(steps)[None, :, None]).reshape(batch, -1)
+  kv_pos = np.concatenate([ctx_pos, gen_pos], axis=1)
+  q_pos = start + steps - 1  # the last step's tokens
+  q = jnp.asarray(rng.normal(size=(batch, streams, heads, dim)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(batch, slots, kv_heads, dim)), jnp.float32)
+          for _ in range(2))
+
+  def run(interleaved_from):
+    seg = Segments(q=jnp.asarray(np.tile(np.arange(streams), (batch, 1))), reads=jnp.asarray(reads),
+                   kv=jnp.asarray(kv_seg), interleaved_from=interleaved_from)
+    mask = MaskSpec(q_positions=jnp.asarray(q_pos), kv_positions=jnp.asarray(kv_pos),
+                    kv_length=jnp.asarray([slots - 1, slots]), pattern=Causal(), window=window,
+                    start=jnp.full((batch,), slots - streams), segments=seg)
+    return attention(q, k, v, mask=mask, softcap=softcap)
+
+  np.testing.assert_allclose(run(width), run(None), atol=1e-5, rtol=1e-5)
+
+
 def test_pack_layout():
   packed = hpd.pack([([7, 8, 9], [[1], [2, 3]]), ([4], [[5, 6]])], width=12, streams=4)
   np.testing.assert_array_equal(packed.tokens[0, :10], [7, 8, 9, 1, 2, 3, 4, 5, 6, 0])

@@ -88,11 +88,20 @@ class Segments:
 
   q i32[B, T] and reads i32[B, T] for this forward's tokens (a context token reads itself);
   kv i32[B, S] for the key slots, this forward's tokens included (with a cache, the caller keeps
-  it aligned with the slots)."""
+  it aligned with the slots).
+
+  `interleaved_from` (static) promises a layout the XLA backend exploits: query t of this forward
+  is stream t (segment t), and from that slot on the keys are the streams' own tokens, one per
+  stream per step in stream order (slot interleaved_from + step * T + t), so (S -
+  interleaved_from) is a multiple of T. Attention then scores each query against the shared slots
+  before it and its own stream's slots only (T x (W + steps) scores instead of T x S), which is
+  what keeps a decode step of many streams linear in the number of streams. The visibility it
+  computes is `visible()`'s; backends that read the dense mask may ignore it."""
 
   q: jax.Array
   reads: jax.Array
   kv: jax.Array
+  interleaved_from: int | None = struct.field(pytree_node=False, default=None)
 
   def visible(self) -> jax.Array:
     """bool[B, T, S]."""
