@@ -18,6 +18,7 @@ import hashlib
 import os
 import sys
 import sysconfig
+import tempfile
 from typing import Any, ClassVar
 
 import numpy as np
@@ -212,8 +213,21 @@ def token_stream(split: str, tokenizer, source=STDLIB) -> np.ndarray:
   if os.path.exists(path):
     return np.load(path)
   stream = encode_documents(source.documents(split), tokenizer)
-  np.save(path, stream)
+  write_cached(path, lambda f: np.save(f, stream))
   return stream
+
+
+def write_cached(path: str, write) -> None:
+  """Write a cache file with `write(binary file)` under a name of its own, then rename it: a
+  process reading the cache meanwhile (two runs, parallel test workers) sees all of it or none."""
+  fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".partial")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      write(f)
+    os.replace(partial, path)
+  finally:
+    if os.path.exists(partial):
+      os.remove(partial)
 
 
 def encode_documents(texts: list[str], tokenizer) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 from flax import struct
 
 from jaxdec.sampling import Sampling
-from jaxdec.corpus import cache_dir, sample_windows
+from jaxdec.corpus import cache_dir, sample_windows, write_cached
 
 
 @struct.dataclass
@@ -73,5 +73,5 @@ class TeacherSamples:
                          lengths=np.full(len(prompts), self.prompt_len), stop_tokens=())
       rows.append(np.concatenate([prompts, np.asarray(out.tokens)[:, :self.gen_len]], axis=1))
     data = np.concatenate(rows)[:self.count].astype(np.int32)
-    np.save(cached, data)
+    write_cached(cached, lambda f: np.save(f, data))
     return data

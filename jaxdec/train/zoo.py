@@ -30,8 +30,9 @@ def zoo_tokenizer(vocab_size: int | None = None, source=corpus.STDLIB) -> Tokeni
   vocab_size = source.vocab_size if vocab_size is None else vocab_size
   path = os.path.join(corpus.cache_dir(), f"tokenizer-{source.key()}-{vocab_size}.json")
   if not os.path.exists(path):
-    train_bpe(source.documents("train"), vocab_size,
-              individual_digits=source.individual_digits).backend.save(path)
+    trained = train_bpe(source.documents("train"), vocab_size,
+                        individual_digits=source.individual_digits)
+    corpus.write_cached(path, lambda f: f.write(trained.backend.to_str().encode()))
   from jaxdec.train.tokenizer import SPECIAL_TOKENS
 
   return Tokenizer.from_file(path, **SPECIAL_TOKENS)
