@@ -214,6 +214,14 @@ class BlockDiffusion:
   # ELBO), so that a sampler may revise committed tokens (`jaxdec.diffusion.Editing`).
   edit_fraction: float = struct.field(pytree_node=False, default=0.0)
   edit_weight: float = struct.field(pytree_node=False, default=1.0)
+  # Fraction of blocks trained on a stale predecessor (for wavefront decoding such as
+  # `diffusion.FlowBlock`, after D2F): the noisy block reads the previous block's *noisy* copy
+  # (its masks and edits in place) instead of the clean one, as a block drafted while the one
+  # before it is still being decoded does. A run of n stale blocks after a fresh one is a
+  # wavefront of n + 1 blocks: each reads the noisy copies from the fresh block on. Each block
+  # is drawn apart, its predecessor's mask ratio included (a wavefront's gate would bound it;
+  # ours does not).
+  stale_fraction: float = struct.field(pytree_node=False, default=0.0)
 
   def weighted_nll(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
     """(f32[R]: sum over masked positions of CE / p_mask, masked bool[R, L], logits aligned with
@@ -232,8 +240,9 @@ class BlockDiffusion:
       raise ValueError("BlockDiffusion.ar_weight needs a clean stream that is causal: "
                        "BlockCausal(causal_given=True) with shifted_logits, got "
                        f"attention={config.attention!r}, shifted_logits={config.shifted_logits}")
-    if not 0.0 <= self.edit_fraction <= 1.0:
-      raise ValueError(f"BlockDiffusion.edit_fraction must lie in [0, 1], got {self.edit_fraction}")
+    for name in ("edit_fraction", "stale_fraction"):
+      if not 0.0 <= getattr(self, name) <= 1.0:
+        raise ValueError(f"BlockDiffusion.{name} must lie in [0, 1], got {getattr(self, name)}")
     if not 0.0 <= self.suffix_fraction + self.confidence_fraction <= 1.0:
       raise ValueError("BlockDiffusion's suffix_fraction + confidence_fraction must lie in "
                        f"[0, 1], got {self.suffix_fraction} + {self.confidence_fraction}")
@@ -268,8 +277,13 @@ class BlockDiffusion:
       given = jnp.floor((1.0 - ratio) * jnp.sum(mates, axis=-1))  # The block's surest tokens.
       ordered = (kind >= self.suffix_fraction) & (kind < self.suffix_fraction + self.confidence_fraction)
       masked = jnp.where(ordered, scored & (surer >= given), masked)
+    stale = None
+    if self.stale_fraction:  # Own key, as editing's: the other draws stay what they were.
+      stale = per_block(jax.random.fold_in(key, 2)) < self.stale_fraction
+      stale &= blocks > jnp.min(blocks, axis=1, keepdims=True)
     if self.complementary:
       two = lambda a: jnp.concatenate([a, a])
+      stale = None if stale is None else two(stale)
       masked = jnp.concatenate([masked, scored & ~masked])
       p_mask = jnp.concatenate([p_mask, jnp.maximum(1.0 - p_mask, self.eps)])
       tokens, blocks, starts, scored = two(tokens), two(blocks), two(starts), two(scored)
@@ -281,7 +295,10 @@ class BlockDiffusion:
       noise = jax.random.randint(r_key, tokens.shape, 0, config.vocab_size - 1, jnp.int32)
       noise = noise + (noise >= config.mask_token_id).astype(jnp.int32)  # Never the mask.
       noisy = jnp.where(edited, noise, noisy)
-    clean, logits = _block_logits(params, tokens, noisy, blocks, starts, config)
+    first_noisy = None  # Per noisy token: the first block it reads as a noisy copy.
+    if stale is not None:  # The latest block at or before it that is not stale.
+      first_noisy = jax.lax.cummax(jnp.where(stale, jnp.min(blocks), blocks), axis=1)
+    clean, logits = _block_logits(params, tokens, noisy, blocks, starts, config, first_noisy)
     ar_nll = jnp.zeros((batch,), jnp.float32)
     if self.ar_weight:  # The clean stream's output i - 1 predicts token i.
       clean = jnp.concatenate([clean[:batch, :1], clean[:batch, :-1]], axis=1)
@@ -308,14 +325,19 @@ class BlockDiffusion:
     return elbo + self.ar_weight * ar, {**metrics, "ar_nll": ar}
 
 
-def _block_logits(params, tokens, noisy, blocks, starts, config: ModelConfig):
+def _block_logits(params, tokens, noisy, blocks, starts, config: ModelConfig, first_noisy=None):
   """One [clean | noisy] forward of BlockDiffusion's layout: (the clean stream's logits, the
   logits predicting each token as decoding does: the noisy stream's, shifted for shifted configs,
-  where a block's first token reads the clean stream's previous output)."""
+  where a block's first token reads the clean stream's previous output). A noisy token reads the
+  clean blocks before its own, or, with `first_noisy` i32[B, L], the clean blocks before
+  `first_noisy` and the noisy copies from there to its own (a wavefront of blocks decoded
+  together; a block's first token then reads the previous noisy copy's last output)."""
   length = tokens.shape[1]
   q, k = blocks[:, :, None], blocks[:, None, :]
+  start = q if first_noisy is None else first_noisy[:, :, None]
   visible = jnp.concatenate([jnp.concatenate([k <= q, jnp.zeros_like(q == k)], axis=2),
-                             jnp.concatenate([k < q, k == q], axis=2)], axis=1)
+                             jnp.concatenate([k < start, (k >= start) & (k <= q)], axis=2)],
+                            axis=1)
   pos = _positions(tokens)
   logits, _, _ = forward(params, jnp.concatenate([tokens, noisy], axis=1),
                          jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
@@ -323,7 +345,8 @@ def _block_logits(params, tokens, noisy, blocks, starts, config: ModelConfig):
   if not config.shifted_logits:
     return clean, noisy_logits
   shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
-  return clean, jnp.where(starts[..., None], shift(clean), shift(noisy_logits))
+  from_clean = starts if first_noisy is None else starts & (first_noisy == blocks)
+  return clean, jnp.where(from_clean[..., None], shift(clean), shift(noisy_logits))
 
 
 @struct.dataclass

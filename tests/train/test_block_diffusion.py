@@ -284,8 +284,53 @@ def optax_ce(logits, labels):
   return optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(labels))
 
 
+@pytest.mark.parametrize("shifted, causal_given, fraction",
+                         [(False, False, 1.0), (True, True, 1.0), (True, True, 0.5)])
+def test_stale_blocks_read_noisy_copies_from_the_last_fresh_block(shifted, causal_given, fraction):
+  """A stale block reads the noisy copies of the blocks back to the last fresh (not stale) one
+  and the clean tokens before it, as a wavefront decoder feeds the model: a masked token's
+  training logits are those of a plain forward of [clean tokens | noisy blocks from the last
+  fresh block on] (masks and edits in place). With every block stale that is the whole noisy
+  canvas. The masks' and edits' draws are plain training's."""
+  model = _model(shifted, causal_given)
+  prompt, length = 6, 30
+  tokens = jax.random.randint(jax.random.key(3), (1, length), 4, 128)
+  scored = jnp.arange(length)[None, :] >= prompt
+  t, key = jnp.full((1,), 0.5), jax.random.key(10)  # At 0.5: a fresh block, a run of two stale.
+  objective = BlockDiffusion(stale_fraction=fraction, edit_fraction=0.6)
+  _, masked, logits, _, edited, noisy = objective._run(model.params, tokens, key, model.config,
+                                                       t=t, scored=scored)
+  fresh = BlockDiffusion(edit_fraction=0.6)._run(model.params, tokens, key, model.config, t=t,
+                                                 scored=scored)
+  np.testing.assert_array_equal(masked, fresh[1])
+  np.testing.assert_array_equal(noisy, fresh[5])
+  masked, logits = np.asarray(masked[0]), np.asarray(logits[0])
+  assert masked.sum() >= 6 and edited.sum() >= 2
+  assert not np.allclose(logits[masked], np.asarray(fresh[2][0])[masked])
+  # The objective's per-block draw: block rank r is stale when uniform(fold_in(key, 2))[r] < f.
+  blocks = np.asarray(block_ids(scored, SIZE))[0]
+  rank = np.cumsum(np.diff(blocks, prepend=blocks[0] - 1) > 0) - 1
+  draw = np.asarray(jax.random.uniform(jax.random.fold_in(key, 2), (1, length)))[0]
+  stale = (draw[rank] < fraction) & (blocks > blocks.min())
+  if fraction < 1.0:
+    assert stale[prompt:].any() and not stale[prompt:].all()
+  offset = (-prompt) % SIZE
+  for start in range(prompt, length, SIZE):
+    end = min(start + SIZE, length)
+    first = start
+    while stale[first]:  # Back to the last fresh block's start.
+      first = int(np.flatnonzero(blocks == blocks[first] - 1)[0])
+    fed = jnp.concatenate([tokens[:, :first], noisy[:, first:end]], axis=1)
+    out, _, _ = forward(model.params, fed, jnp.arange(end)[None, :] + offset, config=model.config)
+    out = np.asarray(out[0])
+    for i in range(start, end):
+      if masked[i]:
+        np.testing.assert_allclose(logits[i], out[i - 1 if shifted else i], atol=2e-4, rtol=2e-4)
+
+
 def test_edit_fraction_out_of_range_is_named():
   model = _model(False)
-  with pytest.raises(ValueError, match="edit_fraction must lie in \\[0, 1\\], got 1.5"):
-    BlockDiffusion(edit_fraction=1.5).weighted_nll(
-        model.params, jnp.ones((1, 16), jnp.int32), jax.random.key(0), model.config)
+  for name in ("edit_fraction", "stale_fraction"):
+    with pytest.raises(ValueError, match=f"{name} must lie in \\[0, 1\\], got 1.5"):
+      BlockDiffusion(**{name: 1.5}).weighted_nll(
+          model.params, jnp.ones((1, 16), jnp.int32), jax.random.key(0), model.config)
