@@ -45,7 +45,10 @@ def lexical_matches(ctx: Context, max_ngram: int, min_ngram: int, branches: int)
   for n in range(max_ngram, min_ngram - 1, -1):
     match, usable = ngram_matches(ctx, n)
     positions = jnp.arange(match.shape[1], dtype=jnp.int32)
-    score, first = jax.lax.top_k(jnp.where(match, -positions[None, :], -(2 ** 30)), branches)
+    # Scores in f32 (positions and the fill are exact there): XLA's CPU top_k on i32 is a full
+    # sort, ~100 us per call at 1K positions, against ~2 us on f32.
+    earliest = jnp.where(match, -positions[None, :], -(2 ** 30)).astype(jnp.float32)
+    score, first = jax.lax.top_k(earliest, branches)
     hit = (score > -(2 ** 30)) & usable[:, None]
     take = ~have & jnp.any(hit, -1)
     starts = jnp.where(take[:, None], first.astype(jnp.int32) + n, starts)
