@@ -492,6 +492,26 @@ def _documents(context, queries) -> list[tuple[np.ndarray, list[np.ndarray]]]:
   return documents
 
 
+def _check_documents(documents, config, budget: int) -> None:
+  """Every context, query and the budget fit the model's positions and vocabulary (ValueError
+  naming the document and query otherwise)."""
+  limit = config.max_position_embeddings
+  for d, (ctx, qs) in enumerate(documents):
+    where = f" of document {d}" if len(documents) > 1 else ""
+    if len(ctx) >= limit:
+      raise ValueError(f"context{where} has {len(ctx)} tokens, which leaves no room in the "
+                       f"model's maximum of {limit} positions")
+    decoding.check_ids(ctx, config.vocab_size, f"context{where}")
+    for j, q in enumerate(qs):
+      decoding.check_ids(q, config.vocab_size, f"query {j}{where}")
+    longest = int(np.argmax([len(q) for q in qs]))
+    if len(ctx) + len(qs[longest]) + budget > limit:
+      raise ValueError(f"query {longest}{where} has {len(qs[longest])} tokens: with the context's "
+                       f"{len(ctx)} and max_new_tokens={budget} it needs "
+                       f"{len(ctx) + len(qs[longest]) + budget} positions, more than the model's "
+                       f"maximum of {limit}")
+
+
 def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
                       sampling: Sampling | None = None, key: jax.Array | None = None, *,
                       stop_tokens: Sequence[int] | None = None, rows: int = 1) -> DecodeOutput:
@@ -525,22 +545,8 @@ def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
   budget = decoding.positive_int("max_new_tokens", max_new_tokens)
   if rows > len(documents):
     raise ValueError(f"rows={rows} exceeds the {len(documents)} documents to spread over them")
-  limit = model.config.max_position_embeddings
+  _check_documents(documents, model.config, budget)
   flat = [q for _, qs in documents for q in qs]
-  for d, (ctx, qs) in enumerate(documents):
-    where = f" of document {d}" if len(documents) > 1 else ""
-    if len(ctx) >= limit:
-      raise ValueError(f"context{where} has {len(ctx)} tokens, which leaves no room in the "
-                       f"model's maximum of {limit} positions")
-    decoding.check_ids(ctx, model.config.vocab_size, f"context{where}")
-    for j, q in enumerate(qs):
-      decoding.check_ids(q, model.config.vocab_size, f"query {j}{where}")
-    longest = int(np.argmax([len(q) for q in qs]))
-    if len(ctx) + len(qs[longest]) + budget > limit:
-      raise ValueError(f"query {longest}{where} has {len(qs[longest])} tokens: with the context's "
-                       f"{len(ctx)} and max_new_tokens={budget} it needs "
-                       f"{len(ctx) + len(qs[longest]) + budget} positions, more than the model's "
-                       f"maximum of {limit}")
   sampling = decoding.check_sampling(sampling, len(flat))
   key = decoding.check_key(
       key, needed=sampling is not None, what="sampling",

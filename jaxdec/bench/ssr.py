@@ -45,6 +45,16 @@ def run_rows(model, ssr: spec.SSR, prompts, new_tokens: int):
   return outs
 
 
+def _resume(reasoned, known: int, slots: int):
+  """(row, length, buffer): the prompt plus its reasoning, 64-padded, from which greedy AR decodes
+  the answer alone with the rest of the full run's `slots` cache slots (so its steps attend over
+  as many as the full run's)."""
+  width = -(-known // 64) * 64
+  row = np.zeros((1, width), np.int32)
+  row[0, :known] = np.asarray(reasoned.seq[0, :known])
+  return row, np.asarray([known], np.int32), slots - width
+
+
 def phases(model, ssr: spec.SSR, prompts, new_tokens: int, repeats: int,
            timer: Timer) -> list[dict]:
   """Greedy AR vs SSR, reasoning and answer phases timed apart (module docstring)."""
@@ -73,15 +83,8 @@ def phases(model, ssr: spec.SSR, prompts, new_tokens: int, repeats: int,
     _, prompt, lengths, _, stops, _ = inputs[i]
     return plain(buffer_len)(model.params, prompt, lengths, np.int32(tokens), None, stops)
 
-  # The prompt plus its reasoning, 64-padded, from which greedy AR decodes the answer alone with
-  # the rest of the full run's cache slots (so its steps attend over as many as the full run's).
-  resumes = []
-  for i, (p, r, c) in enumerate(zip(prompts, reasoned, cut)):
-    known = len(p) + c
-    width = -(-known // 64) * 64
-    row = np.zeros((1, width), np.int32)
-    row[0, :known] = np.asarray(r.seq[0, :known])
-    resumes.append((row, np.asarray([known], np.int32), inputs[i][1].shape[1] + buffer_len - width))
+  resumes = [_resume(r, len(p) + c, inp[1].shape[1] + buffer_len)
+             for p, r, c, inp in zip(prompts, reasoned, cut, inputs)]
 
   def resumed(i, tokens):
     row, known, buffer = resumes[i]

@@ -291,16 +291,13 @@ def _fork(s: _ReasonState, fork: jax.Array, ssr: SSR) -> _ReasonState:
                    started=s.started + fork.astype(jnp.int32), busy=s.busy | fork)
 
 
-def ssr_reason(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
-               max_new_tokens: jax.Array, stop_tokens: jax.Array, *, config: ModelConfig,
-               ssr: SSR, buffer_len: int, pad_id: int = 0) -> Reasoned:
-  """Phase 1: greedy reasoning on the main rows, partial answers on the branch rows in the same
-  forwards. Arguments as `ssr_generate`."""
+def _reason_start(params: dict, prompt, prompt_lengths, budget, stop_tokens, *,
+                  config: ModelConfig, ssr: SSR, capacity: int, pad_id: int) -> _ReasonState:
+  """Prefill the main rows (their first token greedy, as plain AR), empty branch rows after
+  them."""
   batch, width = prompt.shape
-  budget = clamp_budget(max_new_tokens, batch, buffer_len)
-  budgets = jnp.asarray(ssr.budgets, jnp.int32)
-  capacity = _capacity(ssr, width, buffer_len)
   rows = jnp.arange(batch, dtype=jnp.int32)
+  budgets = jnp.asarray(ssr.budgets, jnp.int32)
   cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
   first = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -311,12 +308,26 @@ def ssr_reason(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
   closed = _ends_reasoning(seq, total, prompt_lengths, ssr.close_tokens)
   cache = _stack(cache, jax.tree.map(jnp.zeros_like, cache))
   zeros = jnp.zeros((batch,), jnp.int32)
-  state = _ReasonState(
+  return _ReasonState(
       cache=cache, seq=jnp.concatenate([seq, seq]), total=jnp.concatenate([total, total]),
       reasoning=~(stopped | closed), stopped=stopped, busy=zeros > 0, next_budget=zeros,
       started=zeros, answers=jnp.full((batch, budgets.shape[0], ssr.width), pad_id, jnp.int32),
       answer_lengths=jnp.zeros((batch, budgets.shape[0]), jnp.int32), forwards=zeros + 1,
       branch_tokens=zeros)
+
+
+def ssr_reason(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
+               max_new_tokens: jax.Array, stop_tokens: jax.Array, *, config: ModelConfig,
+               ssr: SSR, buffer_len: int, pad_id: int = 0) -> Reasoned:
+  """Phase 1: greedy reasoning on the main rows, partial answers on the branch rows in the same
+  forwards. Arguments as `ssr_generate`."""
+  batch, width = prompt.shape
+  budget = clamp_budget(max_new_tokens, batch, buffer_len)
+  budgets = jnp.asarray(ssr.budgets, jnp.int32)
+  capacity = _capacity(ssr, width, buffer_len)
+  rows = jnp.arange(batch, dtype=jnp.int32)
+  state = _reason_start(params, prompt, prompt_lengths, budget, stop_tokens, config=config,
+                         ssr=ssr, capacity=capacity, pad_id=pad_id)
 
   def step(s: _ReasonState) -> _ReasonState:
     generated = s.total[:batch] - prompt_lengths

@@ -229,10 +229,8 @@ class BlockDiffusion:
     with the complementary masks); `t` f32[B] fixes every block's ratio (an ELBO level)."""
     return self._run(params, tokens, key, config, t, scored)[:3]
 
-  def _run(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
-    """weighted_nll's triple, then f32[B]: the clean stream's next-token CE summed over scored
-    tokens (shifted configs; zeros otherwise), the edited positions bool[R, L] and the noisy
-    stream's tokens i32[R, L] (masks and edits in place)."""
+  def _check(self, config: ModelConfig) -> None:
+    """Raise ValueError naming a config or setting this objective cannot train."""
     if not isinstance(config.attention, BlockCausal) or config.mask_token_id is None:
       raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with mask_token_id "
                        f"set, got attention={config.attention!r}, mask_token_id={config.mask_token_id}")
@@ -246,6 +244,12 @@ class BlockDiffusion:
     if not 0.0 <= self.suffix_fraction + self.confidence_fraction <= 1.0:
       raise ValueError("BlockDiffusion's suffix_fraction + confidence_fraction must lie in "
                        f"[0, 1], got {self.suffix_fraction} + {self.confidence_fraction}")
+
+  def _run(self, params, tokens, key, config: ModelConfig, t=None, scored=None):
+    """weighted_nll's triple, then f32[B]: the clean stream's next-token CE summed over scored
+    tokens (shifted configs; zeros otherwise), the edited positions bool[R, L] and the noisy
+    stream's tokens i32[R, L] (masks and edits in place)."""
+    self._check(config)
     batch, length = tokens.shape
     scored = jnp.ones(tokens.shape, bool) if scored is None else scored
     blocks = block_ids(scored, config.attention.block_size)
