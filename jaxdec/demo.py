@@ -107,6 +107,11 @@ def _gsm_methods() -> dict[str, Callable]:
         lambda p: jaxdec.diffusion_generate(
             dlm, p, gen_length=gen, block_length=32, steps=gen,
             scheduler=diffusion.Editing(0.9, 0.5), cache=diffusion.DualCache(), stop_early=True))
+    verified = diffusion.Editing(0.7, 1e-6, max_post_steps=33, verify=True)
+    found["diffusion 0.7 + argmax edits, verified: lossless (gsm-dlm)"] = (
+        lambda p: jaxdec.diffusion_generate(
+            dlm, p, gen_length=gen, block_length=32, steps=gen, scheduler=verified,
+            cache=diffusion.DualCache(), stop_early=True))
     if "gsm-dlm-draft" in installed:
       simsd = spec.SimSD(jaxdec.load("zoo:gsm-dlm-draft"), threshold=0.9, num_tokens=12)
       found["SimSD, block-diffusion draft (gsm-dlm + gsm-dlm-draft)"] = (

@@ -40,6 +40,14 @@ def _serial(scheduler) -> Callable:
   return decode
 
 
+def _verified(make: Callable) -> Callable:
+  """Serial decoding with a verified editing rule built by `make(block_length)`: its post steps
+  must outlast a block (one edit per forward at least) for the output to be the greedy stream."""
+  def decode(target, draft, prompt, gen_length, block_length):
+    return _serial(make(block_length))(target, draft, prompt, gen_length, block_length)
+  return decode
+
+
 def _simsd(threshold: float, num_tokens: int, order: str = "left_to_right") -> Callable:
   def decode(target, draft, prompt, gen_length, block_length):
     drafter = spec.SimSD(draft, threshold=threshold, num_tokens=num_tokens, order=order)
@@ -54,6 +62,9 @@ def _ar(target, draft, prompt, gen_length, block_length):
 BASELINE = "serial, left to right, 1 token/forward + dual"
 THRESHOLD = "serial, threshold 0.9 + dual"
 EDITING = "serial, Editing 0.9 / T2T 0.5 + dual"
+VERIFIED = "serial, Editing 0.7 / argmax edits, verified + dual"
+# An editing threshold at or below 1 / vocab: edit wherever the argmax differs.
+ARGMAX = 1e-6
 
 
 def rows() -> list[Row]:
@@ -67,6 +78,12 @@ def rows() -> list[Row]:
           _serial(diffusion.FlowBlock(0.9, 0.5, gate=1.0, blocks=2)), False, EDITING),
       Row("FlowBlock 2 blocks, gate 0.75, 0.9 / T2T 0.5",
           _serial(diffusion.FlowBlock(0.9, 0.5, gate=0.75, blocks=2)), False, EDITING),
+      Row(VERIFIED, _verified(lambda block: diffusion.Editing(
+          0.7, ARGMAX, max_post_steps=block + 1, verify=True)), True),
+      Row("FlowBlock 2 blocks, gate 1.0, 0.7 / argmax edits, verified", _verified(
+          lambda block: diffusion.FlowBlock(0.7, ARGMAX, gate=1.0, blocks=2,
+                                            max_post_steps=block + 1, verify=True)),
+          True, VERIFIED),
       Row("causal stream, AR greedy (jaxdec.generate)", _ar, True),
       Row("SimSD, draft k=8, threshold 0.9", _simsd(0.9, 8), True),
       Row("SimSD, draft k=12, threshold 0.9", _simsd(0.9, 12), True),

@@ -155,9 +155,18 @@ class _Refreshed:
     and the window itself, written over their slots; every slot before it holds a final block's
     keys and values, and nothing after the window is visible. So each step is exact, the cache
     grows by a block whenever a row starts one (the previous block's final tokens are rewritten
-    in the step that starts it), and no row ever waits for another's refresh."""
-    size = block + view.window
-    first = jnp.maximum(view.start - block, 0)
+    in the step that starts it), and no row ever waits for another's refresh. While no row
+    starts a block the previous block is already final in the cache, so the query is the window
+    alone (and the output before it, on shifted models)."""
+    starting = jnp.any(view.active & (view.step == 0))
+    return jax.lax.cond(starting, functools.partial(self._extend_from, before=block),
+                        functools.partial(self._extend_from, before=view.shift),
+                        state, denoiser, view)
+
+  def _extend_from(self, state, denoiser, view: CanvasView, *, before: int):
+    """`_extend`'s forward: the `before` positions in front of the window and the window."""
+    size = before + view.window
+    first = jnp.maximum(view.start - before, 0)
     h, out = _query(state.with_length(first), denoiser, view, first, size,
                     jnp.minimum(size, view.lengths - first))
     logits = denoiser.logits(h, positions(view.x.shape[0], view.window,

@@ -10,6 +10,13 @@ Each step, within the active block:
 After the block's last mask is filled, the block keeps refining while edits happen, for at most
 `max_post_steps` more forwards (0: finish as soon as no mask is left).
 
+`verify=True` (jaxdec's option, not diffusers') finishes a block only after a forward that saw it
+with no mask made no edit, so every token has been checked against a prediction made from its
+final context; the forward that fills the last masks no longer ends the block. On a model whose
+given tokens form a causal LM (`causal_given`, shifted logits), an `editing_threshold` at or below
+1 / vocab (edit wherever the argmax differs) and `max_post_steps` > block length, the block is then
+exactly the stream's greedy decoding: Jacobi iteration with diffusion drafts, lossless.
+
 This is the rule of diffusers' `BlockRefinementScheduler` (`threshold`, `editing_threshold`,
 `max_post_steps`, one forced commit per step). LLaDA2.1's speed mode is a low `threshold` that
 relies on T2T repairs, its quality mode conservative values of both; the exact values are not
@@ -43,6 +50,7 @@ class Editing(Scheduler):
   threshold: jax.Array | float = 0.7
   editing_threshold: jax.Array | float = 0.5
   max_post_steps: int = struct.field(pytree_node=False, default=16)
+  verify: bool = struct.field(pytree_node=False, default=False)
   confidence: Confidence = struct.field(pytree_node=False, default=Probability())
 
   def __post_init__(self):
@@ -69,9 +77,16 @@ class Editing(Scheduler):
     full = ~jnp.any(tokens == view.mask_id, axis=1)
     was_full = view.masked == 0  # This forward ran on a block with no mask: a post step.
     post = state.post + was_full.astype(jnp.int32)
-    finished = full & ((count == 0) | (post >= self.max_post_steps))
+    finished = settles(full, was_full, count == 0, post, self.max_post_steps, self.verify)
     return (Decision(tokens=tokens, finished=finished),
             EditState(post=jnp.where(finished, 0, post), edits=state.edits + count))
+
+
+def settles(full, was_full, unedited, post, max_post_steps: int, verify: bool) -> jax.Array:
+  """bool[B]: the block is finished — no mask left and no edit this forward (with `verify`, in a
+  forward that already saw no mask), or `max_post_steps` forwards run since its masks ran out."""
+  quiet = (was_full if verify else full) & unedited
+  return quiet | (full & (post >= max_post_steps))
 
 
 def edits(view: StepView, editing_threshold) -> jax.Array:

@@ -14,8 +14,9 @@ of `blocks` consecutive blocks (the wavefront bound, static):
   0 also its most confident mask (a block never takes more forwards than the serial rule gives
   it), and every token committed at an earlier step is edited to the model's proposal when that
   differs with probability >= `editing_threshold` (T2T, as `Editing`);
-- block 0 commits (the window moves on) once it has no mask and made no edit this forward, or
-  after `max_post_steps` forwards without a mask; its K/V are then final, so a block-causal
+- block 0 commits (the window moves on) once it has no mask and made no edit this forward (with
+  `verify`, in a forward that already saw it with no mask, as `Editing(verify=True)`), or after
+  `max_post_steps` forwards without a mask; its K/V are then final, so a block-causal
   model's cache keeps them exactly (blocks attend causally to earlier blocks, the wavefront
   included).
 Heterogeneous wavefront packing is the sampler's batching: every row has its own block, step and
@@ -31,7 +32,7 @@ from flax import struct
 
 from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
-from jaxdec.diffusion.editing import EditState, edits
+from jaxdec.diffusion.editing import EditState, edits, settles
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit,
                                          rank_confidence, traced)
 
@@ -58,6 +59,7 @@ class FlowBlock(Scheduler):
   gate: jnp.ndarray | float = 0.5
   blocks: int = struct.field(pytree_node=False, default=2)
   max_post_steps: int = struct.field(pytree_node=False, default=16)
+  verify: bool = struct.field(pytree_node=False, default=False)
   confidence: Confidence = struct.field(pytree_node=False, default=Probability())
 
   def __post_init__(self):
@@ -96,8 +98,8 @@ class FlowBlock(Scheduler):
     full = ~jnp.any((tokens == view.mask_id) & first, axis=1)
     was_full = ~jnp.any(view.candidates & first, axis=1)  # A post step of block 0.
     post = state.post + was_full.astype(jnp.int32)
-    settled = ~jnp.any(edit & first, axis=1)
-    finished = full & (settled | (post >= self.max_post_steps))
+    finished = settles(full, was_full, ~jnp.any(edit & first, axis=1), post,
+                       self.max_post_steps, self.verify)
     return (Decision(tokens=tokens, finished=finished),
             EditState(post=jnp.where(finished, 0, post),
                       edits=state.edits + jnp.sum(edit, axis=1, dtype=jnp.int32)))

@@ -48,7 +48,8 @@ def _softmax(z):
   return e / e.sum(-1, keepdims=True)
 
 
-def reference(model, prompt, gen_length, block_length, threshold, editing, max_post):
+def reference(model, prompt, gen_length, block_length, threshold, editing, max_post,
+              verify=False):
   """The rule for one row, in numpy: (tokens, forwards, edits)."""
   x = np.concatenate([prompt, np.full(gen_length, MASK)]).astype(np.int64)
   nfe = total_edits = 0
@@ -74,25 +75,27 @@ def reference(model, prompt, gen_length, block_length, threshold, editing, max_p
       total_edits += int(edit.sum())
       x[block] = tokens
       post += int(was_full)
-      if not (tokens == MASK).any() and (not edit.any() or post >= max_post):
+      full = not (tokens == MASK).any()
+      if ((was_full if verify else full) and not edit.any()) or (full and post >= max_post):
         break
   return x[len(prompt):], nfe, total_edits
 
 
-@pytest.mark.parametrize("threshold, editing, max_post", [(0.7, 0.5, 16), (0.3, 0.2, 2),
-                                                          (0.9, 0.0, 16)])
-def test_sampler_equals_the_numpy_reference(threshold, editing, max_post):
+@pytest.mark.parametrize("threshold, editing, max_post, verify", [
+    (0.7, 0.5, 16, False), (0.3, 0.2, 2, False), (0.9, 0.0, 16, False), (0.3, 0.2, 16, True),
+    (0.9, 0.0, 16, True)])
+def test_sampler_equals_the_numpy_reference(threshold, editing, max_post, verify):
   model = table_model(3, peak=4.0)
   rows = prompts(4)
   padded = np.zeros((len(rows), 16), np.int32)
   for i, p in enumerate(rows):
     padded[i, :len(p)] = p
   out = _run(model, padded, np.array([len(p) for p in rows], np.int32), None, np.int32(16),
-             Editing(threshold, editing, max_post_steps=max_post), np.float32(0.0),
+             Editing(threshold, editing, max_post_steps=max_post, verify=verify), np.float32(0.0),
              np.float32(0.0), gen_length=16, block_length=8, eos=EosFlags(), cfg=False)
   total = 0
   for i, p in enumerate(rows):
-    want, want_nfe, want_edits = reference(model, p, 16, 8, threshold, editing, max_post)
+    want, want_nfe, want_edits = reference(model, p, 16, 8, threshold, editing, max_post, verify)
     np.testing.assert_array_equal(out.tokens[i], want, err_msg=f"row {i}")
     assert int(out.stats["nfe"][i]) == want_nfe, f"row {i}"
     assert int(out.stats["scheduler"].edits[i]) == want_edits, f"row {i}"

@@ -10,10 +10,12 @@ import pytest
 import jaxdec
 from jaxdec.diffusion import DualCache, EosFlags, Editing, FlowBlock, rank_confidence
 from jaxdec.diffusion.flowblock import admitted
+from jaxdec.model import BlockCausal
 from jaxdec.diffusion.schedulers import StepView
 from test_diffusion_api import _assert_batch_equals_one_by_one, dlm
 from test_diffusion_reference import MASK, VOCAB, _run, prompts, table_model
 from test_editing import _softmax
+from tiny import tiny_model
 
 
 def _view(tokens, logits):
@@ -81,7 +83,8 @@ def test_edits_reach_every_admitted_block_and_hold_block_0_back():
   assert not bool(decision.finished[0]) and int(next_state.post[0]) == 1
 
 
-def reference(model, prompt, gen_length, block_length, blocks, threshold, editing, gate, max_post):
+def reference(model, prompt, gen_length, block_length, blocks, threshold, editing, gate, max_post,
+              verify=False):
   """The wavefront rule for one row, in numpy: (tokens, forwards, edits)."""
   x = np.concatenate([prompt, np.full(gen_length, MASK)]).astype(np.int64)
   nfe = total_edits = 0
@@ -108,31 +111,36 @@ def reference(model, prompt, gen_length, block_length, blocks, threshold, editin
     edit = (~masked) & wave & (x0 != tokens) & (p >= editing) & (editing > 0)
     tokens = np.where(commit | edit, x0, tokens)
     total_edits += int(edit.sum())
-    post += int(not (masked & first).any())
+    was_full = not (masked & first).any()
+    post += int(was_full)
     x[window] = tokens
-    if not (tokens[first] == MASK).any() and (not edit[first].any() or post >= max_post):
+    full = not (tokens[first] == MASK).any()
+    if ((was_full if verify else full) and not edit[first].any()) or (full and post >= max_post):
       start, post = start + block_length, 0
   return x[len(prompt):], nfe, total_edits
 
 
-@pytest.mark.parametrize("blocks, threshold, editing, gate, max_post", [
-    (2, 0.7, 0.5, 0.5, 16), (3, 0.3, 0.2, 0.25, 2), (3, 0.9, 0.0, 0.0, 16), (2, 0.5, 0.4, 1.0, 4)])
-def test_sampler_equals_the_numpy_reference(blocks, threshold, editing, gate, max_post):
+@pytest.mark.parametrize("blocks, threshold, editing, gate, max_post, verify", [
+    (2, 0.7, 0.5, 0.5, 16, False), (3, 0.3, 0.2, 0.25, 2, False), (3, 0.9, 0.0, 0.0, 16, False),
+    (2, 0.5, 0.4, 1.0, 4, False), (2, 0.3, 0.2, 0.5, 16, True)])
+def test_sampler_equals_the_numpy_reference(blocks, threshold, editing, gate, max_post, verify):
   model = table_model(3, peak=4.0)
   rows = prompts(4)
   padded = np.zeros((len(rows), 16), np.int32)
   for i, p in enumerate(rows):
     padded[i, :len(p)] = p
-  scheduler = FlowBlock(threshold, editing, gate, blocks=blocks, max_post_steps=max_post)
+  scheduler = FlowBlock(threshold, editing, gate, blocks=blocks, max_post_steps=max_post,
+                        verify=verify)
   out = _run(model, padded, np.array([len(p) for p in rows], np.int32), None, np.int32(32),
              scheduler, np.float32(0.0), np.float32(0.0), gen_length=32, block_length=8,
              eos=EosFlags(), cfg=False)
   serial = _run(model, padded, np.array([len(p) for p in rows], np.int32), None, np.int32(32),
-                Editing(threshold, editing, max_post_steps=max_post), np.float32(0.0),
-                np.float32(0.0), gen_length=32, block_length=8, eos=EosFlags(), cfg=False)
+                Editing(threshold, editing, max_post_steps=max_post, verify=verify),
+                np.float32(0.0), np.float32(0.0), gen_length=32, block_length=8, eos=EosFlags(),
+                cfg=False)
   for i, p in enumerate(rows):
     want, want_nfe, want_edits = reference(model, p, 32, 8, blocks, threshold, editing, gate,
-                                           max_post)
+                                           max_post, verify)
     np.testing.assert_array_equal(out.tokens[i], want, err_msg=f"row {i}")
     assert int(out.stats["nfe"][i]) == want_nfe, f"row {i}"
     assert int(out.stats["scheduler"].edits[i]) == want_edits, f"row {i}"
@@ -184,3 +192,28 @@ def test_bad_settings_are_named(kw, match):
 def test_bad_wavefront_bound_is_named():
   with pytest.raises(ValueError, match="FlowBlock.blocks must be an int >= 1, got 0"):
     FlowBlock(blocks=0)
+
+
+@pytest.mark.parametrize("scheduler", [
+    Editing(0.3, 1e-6, max_post_steps=9, verify=True),
+    Editing(0.0, 1e-6, max_post_steps=9, verify=True),
+    FlowBlock(0.3, 1e-6, gate=0.5, blocks=2, max_post_steps=9, verify=True),
+    FlowBlock(0.0, 1e-6, gate=0.0, blocks=3, max_post_steps=9, verify=True)])
+def test_verified_argmax_editing_is_the_causal_streams_greedy_decoding(scheduler):
+  """On a model whose given tokens form a causal LM (causal_given, shifted logits), editing
+  wherever the argmax differs and finishing a block only after a mask-free forward made no edit
+  gives exactly the stream's greedy (AR) decoding, however much was drafted in parallel; ragged
+  prompts, dual cache. Without `verify` the last drafts are left unchecked. (A random model's
+  drafts are poor, so the forwards saved are measured on the zoo model: `jaxdec bench blocks`.)"""
+  model = tiny_model(seed=0, attention=BlockCausal(8, causal_given=True), shifted_logits=True,
+                     mask_token_id=113)
+  rng = np.random.RandomState(0)
+  rows = [rng.randint(2, 120, n).tolist() for n in (3, 9, 5)]
+  want = jaxdec.generate(model, rows, max_new_tokens=32, stop_tokens=())
+  run = lambda s: jaxdec.diffusion_generate(model, rows, gen_length=32, block_length=8, steps=32,
+                                            scheduler=s, cache=DualCache())
+  out = run(scheduler)
+  np.testing.assert_array_equal(out.tokens, want.tokens)
+  assert (np.asarray(out.stats["scheduler"].edits) > 0).all()  # Drafts were repaired.
+  if float(scheduler.threshold) == 0.0:  # All masks drafted at once: unchecked, they stay wrong.
+    assert not np.array_equal(run(scheduler.replace(verify=False)).tokens, want.tokens)
