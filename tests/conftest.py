@@ -24,6 +24,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "regression"))
 from tiny import tiny_model  # noqa: E402
 
 
+# Tests that a worker may take one by one; the rest go to workers a test file at a time (`--dist
+# loadfile`), so that a file builds its module-level models and compiled programs once. The
+# notebooks are the longest tests: as one file they would hold a worker for much of the run.
+ONE_BY_ONE = ("tests/test_notebooks.py::test_notebook_runs[",)
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """`--dist loadfile`, except that each test of `ONE_BY_ONE` is a unit of its own."""
+  from xdist.scheduler import LoadScopeScheduling
+
+  class FilesAndNotebooks(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+      return nodeid if nodeid.startswith(ONE_BY_ONE) else nodeid.split("::", 1)[0]
+
+  return FilesAndNotebooks(config, log)
+
+
 @pytest.fixture(scope="session")
 def model():
   """A tiny random Llama-style model with peaked logits (no near-ties for greedy tests)."""

@@ -180,7 +180,8 @@ def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
   rows = demo.gsm_section(0)
   models = [r["method"].split("(")[-1].rstrip(")") for r in rows]
   expected = [m for m in ("gsm-ar", "gsm-ar", "gsm-draft", "gsm-mtp", "gsm-kforcing",
-                          "gsm-kforcing", "gsm-eagle3", "gsm-dlm", "gsm-dlm") if m in INSTALLED]
+                          "gsm-kforcing", "gsm-eagle3", "gsm-dlm", "gsm-dlm", "gsm-dlm")
+              if m in INSTALLED]
   if {"gsm-dlm", "gsm-dlm-draft"} <= INSTALLED:
     expected.append("gsm-dlm + gsm-dlm-draft")  # SimSD.
   assert models == expected
