@@ -63,6 +63,8 @@ class Editing(Scheduler):
     if (isinstance(self.max_post_steps, bool) or not isinstance(self.max_post_steps, int)
         or self.max_post_steps < 0):
       raise ValueError(f"Editing.max_post_steps must be an int >= 0, got {self.max_post_steps!r}")
+    if not isinstance(self.verify, bool):
+      raise TypeError(f"Editing.verify must be a bool, got {self.verify!r}")
 
   def init(self, batch: int, window: int) -> EditState:
     zeros = jnp.zeros((batch,), jnp.int32)

@@ -80,6 +80,8 @@ class FlowBlock(Scheduler):
         or self.max_post_steps < 0):
       raise ValueError(f"FlowBlock.max_post_steps must be an int >= 0, got "
                        f"{self.max_post_steps!r}")
+    if not isinstance(self.verify, bool):
+      raise TypeError(f"FlowBlock.verify must be a bool, got {self.verify!r}")
 
   def init(self, batch: int, window: int) -> EditState:
     zeros = jnp.zeros((batch,), jnp.int32)

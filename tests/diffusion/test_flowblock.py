@@ -182,9 +182,10 @@ def test_ragged_batch_equals_one_by_one():
     (dict(threshold=1.5), "FlowBlock.threshold must be finite and in \\[0.0, 1.0\\]"),
     (dict(editing_threshold=2.0), "FlowBlock.editing_threshold must be finite and in"),
     (dict(gate=-0.1), "FlowBlock.gate must be finite and in \\[0.0, 1.0\\]"),
-    (dict(max_post_steps=-1), "FlowBlock.max_post_steps must be an int >= 0, got -1")])
+    (dict(max_post_steps=-1), "FlowBlock.max_post_steps must be an int >= 0, got -1"),
+    (dict(verify="yes"), "FlowBlock.verify must be a bool, got 'yes'")])
 def test_bad_settings_are_named(kw, match):
-  with pytest.raises(ValueError, match=match):
+  with pytest.raises((ValueError, TypeError), match=match):
     jaxdec.diffusion_generate(dlm(num_layers=1), [[7, 8, 9]], gen_length=8, block_length=8,
                               steps=8, scheduler=FlowBlock(**kw))
 
