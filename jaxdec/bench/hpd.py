@@ -83,6 +83,57 @@ def _cut(tokens, lengths):
   return [np.asarray(t[: int(n)]) for t, n in zip(tokens, lengths)]
 
 
+def _measure(model, tokenizer, task: str, count: int, new_tokens: int, seed: int, timer: Timer,
+             repeats: int) -> dict:
+  """One table row: `count` queries decoded each way, timed interleaved, checked for identity."""
+  docs, problems = (_code if task == "code" else _gsm)(tokenizer, count, seed)
+  prompts = [list(c) + list(q) for c, qs in docs for q in qs]
+  contexts = [list(c) for c, _ in docs]
+  queries = [[list(q) for q in qs] for _, qs in docs]
+  fns = {
+      "HPD": lambda: jaxdec.parallel_generate(model, contexts, queries, new_tokens),
+      # The same documents one per row: a batch of packed rows, each attending over its own.
+      "HPD, a row per document": lambda: jaxdec.parallel_generate(
+          model, contexts, queries, new_tokens, rows=len(docs)),
+      "batched": lambda: jaxdec.generate(model, prompts, new_tokens),
+      "one at a time": lambda: [jaxdec.generate(model, [p], new_tokens) for p in prompts],
+  }
+  # What one forward of all queries' tokens costs against one of a single token, over the
+  # keys one stream attends to (its prompt and new tokens): the most HPD can gain over one at
+  # a time on this machine (an accelerator runs both in about the same time).
+  slots = decoding.bucket(max(len(p) for p in prompts) + new_tokens)
+  fns["forward of N tokens"] = _forwards(model, len(prompts), slots)
+  fns["forward of 1 token"] = _forwards(model, 1, slots)
+  outs = {name: jax.block_until_ready(fn()) for name, fn in fns.items()}  # Compile + keep.
+  medians = timer.interleaved(fns, repeats)
+  forward_ratio = medians["forward of N tokens"] / medians["forward of 1 token"]
+  hpd = _cut(outs["HPD"].tokens, outs["HPD"].lengths)
+  per_row = _cut(outs["HPD, a row per document"].tokens, outs["HPD, a row per document"].lengths)
+  batched = _cut(outs["batched"].tokens, outs["batched"].lengths)
+  alone = [_cut(o.tokens, o.lengths)[0] for o in outs["one at a time"]]
+  tokens = sum(len(t) for t in hpd)
+  row = {
+      "queries": len(prompts), "documents": len(docs), "new tokens": tokens,
+      "HPD s": medians["HPD"], "batched s": medians["batched"],
+      "one at a time s": medians["one at a time"],
+      "HPD vs batched": medians["batched"] / medians["HPD"],
+      "HPD vs one at a time": medians["one at a time"] / medians["HPD"],
+      "row per document s": medians["HPD, a row per document"],
+      "row per document vs batched": medians["batched"] / medians["HPD, a row per document"],
+      "row per document vs one at a time": (medians["one at a time"]
+                                            / medians["HPD, a row per document"]),
+      "HPD tokens/forward": float(np.mean(outs["HPD"].stats["tokens_per_forward"])),
+      "forward of N / of 1": forward_ratio,
+      "ceiling vs one at a time": len(prompts) / forward_ratio,
+      "same as batched": all(np.array_equal(a, b) for a, b in zip(hpd, batched))
+                         and all(np.array_equal(a, b) for a, b in zip(per_row, batched)),
+      "same as alone": all(np.array_equal(a, b) for a, b in zip(hpd, alone)),
+  }
+  if problems is not None:
+    row["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t in hpd], problems)
+  return row
+
+
 def run(task: str = "code", model_path: str | None = None, counts=None,
         new_tokens: int | None = None, repeats: int = 3, seed: int = 0,
         out: str | None = None) -> dict:
@@ -98,54 +149,9 @@ def run(task: str = "code", model_path: str | None = None, counts=None,
   if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
     raise ValueError(f"counts must be positive ints, got {counts!r}")
   model, tokenizer = jaxdec.load(model_path), jaxdec.load_tokenizer(model_path)
-  timer, rows = Timer(), []
-  for count in counts:
-    docs, problems = (_code if task == "code" else _gsm)(tokenizer, count, seed)
-    prompts = [list(c) + list(q) for c, qs in docs for q in qs]
-    contexts = [list(c) for c, _ in docs]
-    queries = [[list(q) for q in qs] for _, qs in docs]
-    fns = {
-        "HPD": lambda: jaxdec.parallel_generate(model, contexts, queries, new_tokens),
-        # The same documents one per row: a batch of packed rows, each attending over its own.
-        "HPD, a row per document": lambda: jaxdec.parallel_generate(
-            model, contexts, queries, new_tokens, rows=len(docs)),
-        "batched": lambda: jaxdec.generate(model, prompts, new_tokens),
-        "one at a time": lambda: [jaxdec.generate(model, [p], new_tokens) for p in prompts],
-    }
-    # What one forward of all queries' tokens costs against one of a single token, over the
-    # keys one stream attends to (its prompt and new tokens): the most HPD can gain over one at
-    # a time on this machine (an accelerator runs both in about the same time).
-    slots = decoding.bucket(max(len(p) for p in prompts) + new_tokens)
-    fns["forward of N tokens"] = _forwards(model, len(prompts), slots)
-    fns["forward of 1 token"] = _forwards(model, 1, slots)
-    outs = {name: jax.block_until_ready(fn()) for name, fn in fns.items()}  # Compile + keep.
-    medians = timer.interleaved(fns, repeats)
-    forward_ratio = medians["forward of N tokens"] / medians["forward of 1 token"]
-    hpd = _cut(outs["HPD"].tokens, outs["HPD"].lengths)
-    per_row = _cut(outs["HPD, a row per document"].tokens, outs["HPD, a row per document"].lengths)
-    batched = _cut(outs["batched"].tokens, outs["batched"].lengths)
-    alone = [_cut(o.tokens, o.lengths)[0] for o in outs["one at a time"]]
-    tokens = sum(len(t) for t in hpd)
-    row = {
-        "queries": len(prompts), "documents": len(docs), "new tokens": tokens,
-        "HPD s": medians["HPD"], "batched s": medians["batched"],
-        "one at a time s": medians["one at a time"],
-        "HPD vs batched": medians["batched"] / medians["HPD"],
-        "HPD vs one at a time": medians["one at a time"] / medians["HPD"],
-        "row per document s": medians["HPD, a row per document"],
-        "row per document vs batched": medians["batched"] / medians["HPD, a row per document"],
-        "row per document vs one at a time": (medians["one at a time"]
-                                              / medians["HPD, a row per document"]),
-        "HPD tokens/forward": float(np.mean(outs["HPD"].stats["tokens_per_forward"])),
-        "forward of N / of 1": forward_ratio,
-        "ceiling vs one at a time": len(prompts) / forward_ratio,
-        "same as batched": all(np.array_equal(a, b) for a, b in zip(hpd, batched))
-                           and all(np.array_equal(a, b) for a, b in zip(per_row, batched)),
-        "same as alone": all(np.array_equal(a, b) for a, b in zip(hpd, alone)),
-    }
-    if problems is not None:
-      row["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t in hpd], problems)
-    rows.append(row)
+  timer = Timer()
+  rows = [_measure(model, tokenizer, task, count, new_tokens, seed, timer, repeats)
+          for count in counts]
   columns = ["queries", "documents", *(["accuracy"] if task == "gsm-synth" else []),
              "new tokens", "HPD s", "batched s", "one at a time s", "HPD vs batched",
              "HPD vs one at a time", "row per document s", "row per document vs batched",

@@ -167,6 +167,29 @@ def _workload(task, tokenizer, num_prompts: int, prompt_tokens: int):
   return [tokenizer.encode(p.prompt) for p in problems], problems
 
 
+def _rows(results: dict, medians: dict, compile_s: dict, drafters: dict, problems, tokenizer):
+  """The table: each method's tau, tokens/s and speedup against jaxdec's greedy AR, whether it
+  gave AR's tokens, its accuracy on a task and its drafters' accepted-length histogram."""
+  reference = results["jaxdec greedy AR"]
+  base_time = medians["jaxdec greedy AR"]
+  rows = []
+  for name, outs in results.items():
+    tokens = sum(len(t) for t, _, _ in outs)
+    forwards = sum(f for _, f, _ in outs)
+    rows.append({
+        "method": name, "tau": tokens / forwards, "target forwards": forwards, "tokens": tokens,
+        "tokens/s": tokens / medians[name], "speedup vs jaxdec AR": base_time / medians[name],
+        "same as AR": all(np.array_equal(a[0], b[0]) for a, b in zip(outs, reference)),
+        "first call s": compile_s[name],
+    })
+    if problems is not None:
+      rows[-1]["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t, _, _ in outs],
+                                             problems)
+    if drafters.get(name) is not None:
+      rows[-1]["accepted histogram"] = accepted_histogram(outs, drafters[name])
+  return rows
+
+
 def run(target_path: str | None = None, draft_path: str | None = None, num_prompts: int = 8,
         prompt_tokens: int = 128, new_tokens: int | None = None, num_tokens=(3, 4, 6),
         repeats: int = 3, peers: bool = True, out: str | None = None, plot: bool = False,
@@ -211,24 +234,7 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
   medians = timer.interleaved(fns, repeats)
   tmp.cleanup()
 
-  reference = results["jaxdec greedy AR"]
-  base_time = medians["jaxdec greedy AR"]
-  rows = []
-  for name, outs in results.items():
-    tokens = sum(len(t) for t, _, _ in outs)
-    forwards = sum(f for _, f, _ in outs)
-    rows.append({
-        "method": name, "tau": tokens / forwards, "target forwards": forwards, "tokens": tokens,
-        "tokens/s": tokens / medians[name], "speedup vs jaxdec AR": base_time / medians[name],
-        "same as AR": all(np.array_equal(a[0], b[0]) for a, b in zip(outs, reference)),
-        "first call s": compile_s[name],
-    })
-    if problems is not None:
-
-      rows[-1]["accuracy"] = gsm_synth.score([tokenizer.decode(t.tolist()) for t, _, _ in outs],
-                                             problems)
-    if drafters.get(name) is not None:
-      rows[-1]["accepted histogram"] = accepted_histogram(outs, drafters[name])
+  rows = _rows(results, medians, compile_s, drafters, problems, tokenizer)
   columns = ["method", *(["accuracy"] if task else []), "tau", "target forwards", "tokens/s",
              "speedup vs jaxdec AR", "same as AR", "first call s"]
   what = (f"{len(prompts)} held-out prompts of <= {prompt_tokens} tokens" if task is None else

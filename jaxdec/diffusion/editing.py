@@ -60,11 +60,7 @@ class Editing(Scheduler):
   def check(self, batch: int) -> None:
     finite_values("Editing.threshold", self.threshold, batch, 0.0, 1.0)
     finite_values("Editing.editing_threshold", self.editing_threshold, batch, -1.0, 1.0)
-    if (isinstance(self.max_post_steps, bool) or not isinstance(self.max_post_steps, int)
-        or self.max_post_steps < 0):
-      raise ValueError(f"Editing.max_post_steps must be an int >= 0, got {self.max_post_steps!r}")
-    if not isinstance(self.verify, bool):
-      raise TypeError(f"Editing.verify must be a bool, got {self.verify!r}")
+    check_settling("Editing", self.max_post_steps, self.verify)
 
   def init(self, batch: int, window: int) -> EditState:
     zeros = jnp.zeros((batch,), jnp.int32)
@@ -82,6 +78,14 @@ class Editing(Scheduler):
     finished = settles(full, was_full, count == 0, post, self.max_post_steps, self.verify)
     return (Decision(tokens=tokens, finished=finished),
             EditState(post=jnp.where(finished, 0, post), edits=state.edits + count))
+
+
+def check_settling(owner: str, max_post_steps, verify) -> None:
+  """Raise on a bad `max_post_steps` (ValueError) or `verify` (TypeError) of `owner`."""
+  if isinstance(max_post_steps, bool) or not isinstance(max_post_steps, int) or max_post_steps < 0:
+    raise ValueError(f"{owner}.max_post_steps must be an int >= 0, got {max_post_steps!r}")
+  if not isinstance(verify, bool):
+    raise TypeError(f"{owner}.verify must be a bool, got {verify!r}")
 
 
 def settles(full, was_full, unedited, post, max_post_steps: int, verify: bool) -> jax.Array:

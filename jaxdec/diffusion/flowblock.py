@@ -32,7 +32,7 @@ from flax import struct
 
 from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
-from jaxdec.diffusion.editing import EditState, edits, settles
+from jaxdec.diffusion.editing import EditState, check_settling, edits, settles
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit,
                                          rank_confidence, traced)
 
@@ -76,12 +76,7 @@ class FlowBlock(Scheduler):
     finite_values("FlowBlock.threshold", self.threshold, batch, 0.0, 1.0)
     finite_values("FlowBlock.editing_threshold", self.editing_threshold, batch, -1.0, 1.0)
     finite_values("FlowBlock.gate", self.gate, batch, 0.0, 1.0)
-    if (isinstance(self.max_post_steps, bool) or not isinstance(self.max_post_steps, int)
-        or self.max_post_steps < 0):
-      raise ValueError(f"FlowBlock.max_post_steps must be an int >= 0, got "
-                       f"{self.max_post_steps!r}")
-    if not isinstance(self.verify, bool):
-      raise TypeError(f"FlowBlock.verify must be a bool, got {self.verify!r}")
+    check_settling("FlowBlock", self.max_post_steps, self.verify)
 
   def init(self, batch: int, window: int) -> EditState:
     zeros = jnp.zeros((batch,), jnp.int32)
