@@ -1,25 +1,70 @@
-"""What every decoding loop shares: the output type, prefill, positions, budgets, RNG keys, and
-the host-side validation the API runs before it traces anything (one place, one message per
-problem).
+"""The token loop's core, and what every decoding loop shares: the output type, prefill,
+positions, budgets, RNG keys, and the host-side validation the API runs before it traces anything
+(one place, one message per problem).
 
-Device-side helpers (`prefill`, `positions`, `clamp_budget`, `typed_key`) are pure and run inside
-any jit; validators (`prepare_prompts`, `check_budget`, ...) run on the host, raise ValueError /
-TypeError naming the offending argument and value, and return plain numpy arrays.
+The core (in the shape of gemma's sampler loop) is `init` / `commit` / `run` / `output` over one
+carry, `LoopState`: the committed sequence, per-row lengths, budgets, done flags and forward
+counts, the controls' state (`jaxdec.controls`: logit rules, stop strings, log-probabilities,
+streaming) and the method's own carry. A method is a step function `LoopState -> LoopState` that
+runs its forwards, offers each row some tokens and hands them to `commit`, which cuts them at a
+stop token, a stop string and the budget, writes them, records their log-probabilities, streams
+them and updates the controls. AR decoding offers one token a step, speculative decoding the
+accepted drafts plus one (`jaxdec.spec.loop`), standalone K-Forcing its k tokens, HPD one token
+per stream (its streams are the loop's rows), SSR's answer phase runs the speculative step from
+its reasoning phase's state. So every control reaches every token loop, written once.
+
+Device-side helpers are pure and run inside any jit; validators (`prepare_prompts`,
+`check_budget`, ...) run on the host, raise ValueError / TypeError naming the offending argument
+and value, and return plain numpy arrays.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxdec.controls import Controls, ControlState, token_logprobs
 from jaxdec.model import (KVCache, Model, ModelConfig, decode_hidden, embed, hidden_mask_keys,
                           unembed)
-from jaxdec.sampling import Sampling, check_values
+from jaxdec.sampling import Sampling, check_values, sample_tokens
+
+
+@struct.dataclass
+class DecodeStats(Mapping):
+  """What a decoding loop counted, read as a mapping (`stats["nfe"]`). Three keys mean the same
+  in every loop: `nfe` i32[B] (forwards of the decoding model each row took part in, the
+  prefill included), `steps` i32[] (loop iterations), `tokens_per_forward` f32[B] (tokens
+  generated per row / nfe); `extra` holds each method's own (acceptance lengths, draft forwards,
+  a scheduler's state, ...)."""
+
+  nfe: jax.Array
+  steps: jax.Array
+  tokens_per_forward: jax.Array
+  extra: dict = struct.field(default_factory=dict)
+
+  _COMMON = ("nfe", "steps", "tokens_per_forward")
+
+  @classmethod
+  def create(cls, nfe, steps, tokens_per_forward, **extra) -> "DecodeStats":
+    return cls(nfe=nfe, steps=steps, tokens_per_forward=tokens_per_forward, extra=extra)
+
+  def __getitem__(self, key: str):
+    if key in self._COMMON:
+      return getattr(self, key)
+    return self.extra[key]
+
+  def __iter__(self):
+    yield from self._COMMON
+    yield from self.extra
+
+  def __len__(self) -> int:
+    return len(self._COMMON) + len(self.extra)
 
 
 @struct.dataclass
@@ -28,16 +73,151 @@ class DecodeOutput:
 
   tokens i32[B, T]: generated tokens only (not the prompt), padded after `lengths`;
   lengths i32[B]: tokens generated per row (a final stop token included);
-  stats: dict of arrays; every loop reports `nfe` i32[B] (target forwards per row), each adds
-  its own (acceptance lengths, tokens per forward, ...);
+  stats: `DecodeStats`, a mapping of arrays whose `nfe`, `steps` and `tokens_per_forward` mean
+  the same in every loop, plus each method's own (acceptance lengths, draft forwards, ...);
   logprobs f32[B, T] or None: when asked for, each generated token's log-probability under the
   model's own distribution (log_softmax of its logits, before any rule or temperature).
   """
 
   tokens: jax.Array
   lengths: jax.Array
-  stats: dict
+  stats: DecodeStats
   logprobs: jax.Array | None = None
+
+
+# ---- the token loop's core ---------------------------------------------------------------------
+
+@struct.dataclass
+class Decoding:
+  """What a token loop reads besides its carry: sampling (None: greedy) and its key, the stop
+  tokens i32[E], the controls, and the pad id written after a row's last token."""
+
+  sampling: Sampling | None
+  key: jax.Array | None
+  stop_tokens: jax.Array
+  controls: Controls = Controls()
+  pad_id: int = struct.field(pytree_node=False, default=0)
+
+
+@struct.dataclass
+class LoopState:
+  """The carry of every token loop.
+
+  seq i32[B, S]: prompt then generated tokens, committed in [0, total); prompt_lengths,
+  total, budget i32[B] (tokens a row may generate); done bool[B]: finished rows are frozen;
+  forwards i32[B]: forwards each row took part in (prefill included); steps i32[];
+  controls: the controls' state; logprobs f32[B, S] aligned with seq (None unless asked for);
+  method: the method's own carry (KV cache, draft state, ...).
+  """
+
+  seq: jax.Array
+  prompt_lengths: jax.Array
+  total: jax.Array
+  budget: jax.Array
+  done: jax.Array
+  forwards: jax.Array
+  steps: jax.Array
+  controls: ControlState
+  logprobs: jax.Array | None
+  method: Any = None
+
+  @property
+  def generated(self) -> jax.Array:
+    """i32[B]: tokens generated so far."""
+    return self.total - self.prompt_lengths
+
+  @property
+  def active(self) -> jax.Array:
+    return ~self.done
+
+
+def init(d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array, budget: jax.Array,
+         capacity: int, vocab_size: int, method: Any = None) -> LoopState:
+  """The carry before the first token: right-padded prompts i32[B, P] in a sequence buffer of
+  `capacity` slots, budget i32[B] (at most capacity - P), no forward counted yet."""
+  batch, width = prompt.shape
+  seq = jnp.full((batch, capacity), d.pad_id, jnp.int32).at[:, :width].set(prompt)
+  real = jnp.arange(capacity)[None, :] < prompt_lengths[:, None]
+  logprobs = jnp.zeros((batch, capacity)) if d.controls.logprobs else None
+  return LoopState(seq=jnp.where(real, seq, d.pad_id), prompt_lengths=prompt_lengths,
+                   total=prompt_lengths, budget=budget, done=budget <= 0,
+                   forwards=jnp.zeros((batch,), jnp.int32), steps=jnp.zeros((), jnp.int32),
+                   controls=d.controls.start(prompt, prompt_lengths, vocab_size),
+                   logprobs=logprobs, method=method)
+
+
+def first_token(d: Decoding, s: LoopState, logits: jax.Array) -> LoopState:
+  """Commit each row's first token, chosen from the prefill's logits f32[B, V] at its last
+  prompt token (the prefill counts as every row's first forward)."""
+  s, _ = commit(d, s, choose(d, s, logits)[:, None], jnp.ones_like(s.total), logits[:, None])
+  return s.replace(forwards=s.forwards + 1)
+
+
+def rule(d: Decoding, s: LoopState, logits: jax.Array, pending: jax.Array | None = None):
+  """logits f32[B, W, V] -> the logits a token is chosen from (the controls' rules, for tokens
+  generated at s.generated + 0..W-1; `pending` as `Controls.process`)."""
+  width = logits.shape[1]
+  generated = s.generated[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
+  return d.controls.process(logits, s.controls, generated, d.stop_tokens, pending)
+
+
+def choose(d: Decoding, s: LoopState, logits: jax.Array) -> jax.Array:
+  """i32[B]: the next token of each row from the model's logits f32[B, V] under the controls'
+  rules, greedy or sampled with the key of (row, position)."""
+  ruled = rule(d, s, logits[:, None])[:, 0]
+  rows = jnp.arange(logits.shape[0], dtype=jnp.int32)
+  return sample_tokens(ruled, d.sampling, d.key, rows, s.total)
+
+
+def commit(d: Decoding, s: LoopState, tokens: jax.Array, offered: jax.Array,
+           logits: jax.Array | None = None) -> tuple[LoopState, jax.Array]:
+  """Append to each active row the first `offered` i32[B] of tokens i32[B, K], cut after a stop
+  token or stop string and at the budget. `logits` f32[B, K, V]: the model's own logits each
+  token was chosen from (for log-probabilities; unread unless they were asked for).
+
+  Returns (the state, count i32[B]: tokens appended; 0 for finished rows)."""
+  batch, k = tokens.shape
+  rows = jnp.arange(batch, dtype=jnp.int32)[:, None]
+  j = jnp.arange(k, dtype=jnp.int32)[None, :]
+  string_hit, histories = d.controls.stop_hits(s.controls, tokens, s.generated)
+  is_stop = (jnp.isin(tokens, d.stop_tokens) | string_hit) & (j < offered[:, None])
+  first_stop = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), k)
+  count = jnp.minimum(jnp.minimum(offered, s.budget - s.generated), first_stop + 1)
+  count = jnp.where(s.done, 0, jnp.maximum(count, 0))
+  write = j < count[:, None]
+  slots = jnp.where(write, s.total[:, None] + j, s.seq.shape[1])
+  seq = s.seq.at[rows, slots].set(tokens, mode="drop")
+  logprobs = s.logprobs
+  if logprobs is not None:
+    logprobs = logprobs.at[rows, slots].set(token_logprobs(logits, tokens), mode="drop")
+  total = s.total + count
+  hit_stop = jnp.any(is_stop & write, axis=1)
+  done = s.done | hit_stop | (total - s.prompt_lengths >= s.budget)
+  controls = d.controls.advance(s.controls, tokens, count, histories)
+  return s.replace(seq=seq, total=total, done=done, controls=controls, logprobs=logprobs), count
+
+
+def run(step: Callable[[LoopState], LoopState], state: LoopState) -> LoopState:
+  """Steps until every row is done; each step counts itself."""
+  return jax.lax.while_loop(lambda s: ~jnp.all(s.done),
+                            lambda s: step(s).replace(steps=s.steps + 1), state)
+
+
+def output(d: Decoding, s: LoopState, buffer_len: int, **stats) -> DecodeOutput:
+  """The generated tokens (and log-probabilities) cut out of the sequence buffer, i32[B, T] with
+  T = buffer_len, and the stats every loop reports plus `stats`."""
+  batch, capacity = s.seq.shape
+  lengths = s.generated
+  offsets = jnp.minimum(positions(batch, buffer_len, s.prompt_lengths), capacity - 1)
+  produced = jnp.arange(buffer_len)[None, :] < lengths[:, None]
+  tokens = jnp.where(produced, jnp.take_along_axis(s.seq, offsets, 1), d.pad_id)
+  logprobs = None
+  if s.logprobs is not None:
+    logprobs = jnp.where(produced, jnp.take_along_axis(s.logprobs, offsets, 1), 0.0)
+  nfe = s.forwards
+  per_forward = lengths.astype(jnp.float32) / jnp.maximum(nfe, 1).astype(jnp.float32)
+  return DecodeOutput(tokens=tokens, lengths=lengths, logprobs=logprobs,
+                      stats=DecodeStats.create(nfe, s.steps, per_forward, **stats))
 
 
 # ---- device side -------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ stops at its own stop token or budget. So a stream's greedy output is that of de
 `context + query` alone, while a row does the work of one long sequence instead of a batch of
 copies of the context (the paper: up to 13.8x on attribute-value extraction).
 
-`pack` lays documents out on the host; `parallel_generate` is the pure, jittable loop (one
-prefill, one `lax.while_loop`, static shapes, traced budget). `jaxdec.parallel_generate` is the
+`pack` lays documents out on the host; `parallel_generate` is the pure, jittable loop over the
+token loop's core, the streams as its rows (one prefill, one `lax.while_loop`, static shapes,
+traced budget, every control). `jaxdec.parallel_generate` is the
 validated entry point.
 """
 
@@ -29,10 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdec.decoding import DecodeOutput, typed_key
+from jaxdec import decoding
+from jaxdec.controls import Controls
+from jaxdec.decoding import DecodeOutput, DecodeStats, Decoding, LoopState, typed_key
 from jaxdec.model import KVCache, ModelConfig, Segments, decode_hidden, embed, forward, unembed
 from jaxdec.model.kv_cache import write_slots
-from jaxdec.sampling import Sampling, sample_tokens
+from jaxdec.sampling import Sampling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,44 +100,59 @@ def pack(documents, rows: int = 1, width: int | None = None, streams: int | None
 
 
 @struct.dataclass
-class _State:
+class _Carry:
+  """HPD's part of the loop carry: the KV cache of the packed rows and each slot's segment."""
+
   cache: KVCache
-  kv_segments: jax.Array  # i32[B, S]: the segment of each cache slot.
-  tokens: jax.Array  # i32[B, N, T]
-  count: jax.Array  # i32[B, N]: tokens generated per stream.
-  done: jax.Array  # bool[B, N]
-  steps: jax.Array  # i32[]: forwards run (prefill included).
+  kv_segments: jax.Array  # i32[B, S]
+
+
+def stream_prompts(tokens: jax.Array, positions: jax.Array, segments: jax.Array,
+                   reads: jax.Array, ends: jax.Array):
+  """Each stream's own prompt (its context then its query, as `generate` would see it) cut out
+  of packed rows: (prompts i32[B * N, W], lengths i32[B * N]; 1 for slots without a stream)."""
+  batch, width = tokens.shape
+  streams = ends.shape[1]
+  at_end = jnp.maximum(ends, 0)
+  stream_reads = jnp.take_along_axis(reads, at_end, axis=1)  # [B, N]: each stream's context.
+  mine = ((segments[:, None, :] == jnp.arange(streams)[None, :, None])
+          | (segments[:, None, :] == stream_reads[:, :, None])) & (ends >= 0)[:, :, None]
+  rows = jnp.arange(batch)[:, None, None]
+  slot = jnp.where(mine, positions[:, None, :], width)  # [B, N, W]
+  prompts = jnp.zeros((batch, streams, width), jnp.int32).at[
+      rows, jnp.arange(streams)[None, :, None], slot].set(
+          jnp.broadcast_to(tokens[:, None, :], slot.shape), mode="drop")
+  lengths = jnp.where(ends >= 0, jnp.take_along_axis(positions, at_end, axis=1) + 1, 1)
+  return prompts.reshape(batch * streams, width), lengths.reshape(-1).astype(jnp.int32)
 
 
 def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, segments: jax.Array,
                       reads: jax.Array, lengths: jax.Array, ends: jax.Array,
                       max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
                       config: ModelConfig, buffer_len: int, sampling: Sampling | None = None,
-                      pad_id: int = 0) -> DecodeOutput:
+                      pad_id: int = 0, controls: Controls = Controls()) -> DecodeOutput:
   """Decode every stream of packed rows (`pack`'s arrays) up to `max_new_tokens` (a traced
-  scalar, at most the static `buffer_len` T) tokens each, or to its first stop token.
+  scalar, at most the static `buffer_len` T) tokens each, or to its first stop token or string.
+  The streams are the token loop's rows (`jaxdec.decoding`), so every control (`controls`, as
+  `jaxdec.ar.generate`) applies to each stream as to a row decoded alone; `sampling` has one
+  value per (row, stream) slot, or scalars.
 
   Returns DecodeOutput with tokens i32[B, N, T] and lengths i32[B, N] per stream (0 for slots
-  without a stream), stats `nfe` i32[B] (forwards per row) and `steps`. Sampled tokens are keyed
-  by (row * N + stream, position), so a stream's draw does not depend on its neighbours.
+  without a stream), logprobs f32[B, N, T] or None, stats `nfe` i32[B] (forwards per packed row,
+  the prefill included), `steps`, `tokens_per_forward` (tokens per forward of each packed row)
+  and `stream_forwards` i32[B, N]. Sampled tokens are keyed by (row * N + stream, position),
+  so a stream's draw does not depend on its neighbours.
   """
   batch, width = tokens.shape
   streams = ends.shape[1]
-  key = typed_key(key)
-  live = ends >= 0
-  budget = jnp.minimum(jnp.asarray(max_new_tokens, jnp.int32), buffer_len)
+  d = Decoding(sampling=sampling, key=typed_key(key), stop_tokens=stop_tokens, controls=controls,
+               pad_id=pad_id)
+  live = (ends >= 0).reshape(-1)
+  budget = jnp.where(live, jnp.minimum(jnp.asarray(max_new_tokens, jnp.int32), buffer_len), 0)
   capacity = width + streams * buffer_len
   stream_ids = jnp.broadcast_to(jnp.arange(streams, dtype=jnp.int32), (batch, streams))
   at_end = jnp.maximum(ends, 0)
   stream_reads = jnp.take_along_axis(reads, at_end, axis=1)
-  start = jnp.take_along_axis(positions, at_end, axis=1) + 1  # Position of the first new token.
-  keyed_rows = (jnp.arange(batch, dtype=jnp.int32)[:, None] * streams + stream_ids).reshape(-1)
-
-  def choose(logits, at):  # logits f32[B, N, V] for tokens at positions i32[B, N].
-    flat = sample_tokens(logits.reshape(batch * streams, -1), sampling, key, keyed_rows,
-                         at.reshape(-1))
-    token = flat.reshape(batch, streams)
-    return token, jnp.isin(token, stop_tokens)
 
   kv_segments = jnp.full((batch, capacity), -1, jnp.int32).at[:, :width].set(segments)
   cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
@@ -146,29 +164,32 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
   # that lets attention score each stream against its own tokens only.
   cache = cache.with_length(jnp.full((batch,), width, jnp.int32))
   last_hidden = jnp.take_along_axis(hidden, at_end[:, :, None], axis=1)
-  first, stop = choose(unembed(params, last_hidden, config), start)
-  out = jnp.full((batch, streams, buffer_len), pad_id, jnp.int32).at[:, :, 0].set(first)
-  state = _State(cache=cache, kv_segments=kv_segments, tokens=out,
-                 count=live.astype(jnp.int32), done=~live | stop | (budget <= 1),
-                 steps=jnp.ones((), jnp.int32))
+  first_logits = unembed(params, last_hidden, config).reshape(batch * streams, -1)
+  prompts, prompt_lengths = stream_prompts(tokens, positions, segments, reads, ends)
+  s = decoding.init(d, prompts, prompt_lengths, budget, width + buffer_len, config.vocab_size,
+                    _Carry(cache=cache, kv_segments=kv_segments))
+  s = decoding.first_token(d, s, first_logits)
 
-  def step(s: _State) -> _State:
-    at = start + s.count - 1  # Position of each stream's latest token, fed now.
-    last = jnp.take_along_axis(s.tokens, jnp.maximum(s.count - 1, 0)[:, :, None], axis=2)[..., 0]
-    kv = write_slots(s.kv_segments, stream_ids, s.cache.length)
-    logits, _, cache = forward(params, last, at, s.cache, config=config,
+  def step(s: LoopState) -> LoopState:
+    at = (s.total - 1).reshape(batch, streams)  # Position of each stream's latest token, fed now.
+    last = jnp.take_along_axis(s.seq, (s.total - 1)[:, None], axis=1).reshape(batch, streams)
+    m: _Carry = s.method
+    kv = write_slots(m.kv_segments, stream_ids, m.cache.length)
+    logits, _, cache = forward(params, last, at, m.cache, config=config,
                                segments=Segments(q=stream_ids, reads=stream_reads, kv=kv,
                                                  interleaved_from=width))
-    token, stop = choose(logits, at + 1)
-    active = ~s.done
-    slot = jnp.where(active, s.count, buffer_len)  # Finished streams write nowhere.
-    rows = jnp.arange(batch)[:, None]
-    out = s.tokens.at[rows, stream_ids, slot].set(token, mode="drop")
-    count = s.count + active.astype(jnp.int32)
-    done = s.done | (active & (stop | (count >= budget)))
-    return _State(cache=cache, kv_segments=kv, tokens=out, count=count, done=done,
-                  steps=s.steps + 1)
+    flat = logits.reshape(batch * streams, -1)
+    active = s.active
+    s, _ = decoding.commit(d, s, decoding.choose(d, s, flat)[:, None], jnp.ones_like(s.total),
+                           flat[:, None])
+    return s.replace(method=_Carry(cache=cache, kv_segments=kv),
+                     forwards=s.forwards + active.astype(jnp.int32))
 
-  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return DecodeOutput(tokens=state.tokens, lengths=state.count,
-                      stats={"nfe": jnp.broadcast_to(state.steps, (batch,)), "steps": state.steps})
+  out = decoding.output(d, decoding.run(step, s), buffer_len)
+  per_stream = lambda x: None if x is None else x.reshape(batch, streams, *x.shape[1:])
+  nfe = jnp.broadcast_to(out.stats["steps"] + 1, (batch,))
+  made = jnp.sum(per_stream(out.lengths), axis=1)
+  stats = DecodeStats.create(nfe, out.stats["steps"], made.astype(jnp.float32) / nfe,
+                             stream_forwards=per_stream(out.stats["nfe"]))
+  return DecodeOutput(tokens=per_stream(out.tokens), lengths=per_stream(out.lengths),
+                      stats=stats, logprobs=per_stream(out.logprobs))

@@ -23,7 +23,8 @@ from jax.experimental import io_callback
 # row (empty for rows that appended nothing).
 StreamCallback = Callable[[list[np.ndarray]], None]
 
-_listeners: dict[int, tuple[StreamCallback, int]] = {}  # call id -> (callback, real rows)
+# call id -> (callback, the loop rows to deliver, in the caller's order)
+_listeners: dict[int, tuple[StreamCallback, np.ndarray]] = {}
 _ids = itertools.count(1)
 _lock = threading.Lock()
 
@@ -32,10 +33,10 @@ def _deliver(call_id, tokens, count) -> None:
   entry = _listeners.get(int(call_id))
   if entry is None:  # The call was abandoned (an exception on the host side): drop it.
     return
-  listener, rows = entry
-  tokens, count = np.asarray(tokens)[:rows], np.asarray(count)[:rows]
+  listener, order = entry
+  tokens, count = np.asarray(tokens)[order], np.asarray(count)[order]
   if count.any():
-    listener([tokens[row, : count[row]] for row in range(rows)])
+    listener([tokens[row, : count[row]] for row in range(len(order))])
 
 
 def hook(call_id: jax.Array) -> Callable[[jax.Array, jax.Array], None]:
@@ -49,9 +50,12 @@ def hook(call_id: jax.Array) -> Callable[[jax.Array, jax.Array], None]:
 
 
 @contextlib.contextmanager
-def listening(callback: StreamCallback | None, rows: int) -> Iterator[np.int32]:
+def listening(callback: StreamCallback | None, rows: int,
+              order: np.ndarray | None = None) -> Iterator[np.int32]:
   """Register `callback` for one call of `rows` real rows (a batch padded for a mesh has more;
-  the callback never sees those); yields the call id to pass to the jitted function."""
+  the callback never sees those); `order`: the loop rows to deliver, in the caller's order
+  (default: the first `rows`; HPD's queries sit at scattered (row, stream) slots). Yields the
+  call id to pass to the jitted function."""
   if callback is None:
     yield np.int32(0)
     return
@@ -60,7 +64,7 @@ def listening(callback: StreamCallback | None, rows: int) -> Iterator[np.int32]:
                     f"None), got {type(callback).__name__}")
   with _lock:
     call_id = next(_ids) % (2**31 - 1) or 1
-    _listeners[call_id] = (callback, rows)
+    _listeners[call_id] = (callback, np.arange(rows) if order is None else np.asarray(order))
   try:
     yield np.int32(call_id)
   finally:

@@ -1,4 +1,6 @@
-"""Autoregressive generation: one prefill, then one `lax.while_loop`, all traceable under jit.
+"""Autoregressive generation over the token loop's core (`jaxdec.decoding`): one prefill, then
+one `lax.while_loop` whose step feeds each row's last token and commits the next, all traceable
+under jit.
 
 Prompts are right-padded to a static length; each row keeps its own committed length in the
 KV cache and its own output count, so a ragged batch gives each row exactly what it would get
@@ -8,28 +10,37 @@ size is static.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from jaxdec.controls import Controls, ControlState
-from jaxdec.decoding import DecodeOutput, clamp_budget, prefill, typed_key
+from jaxdec import decoding
+from jaxdec.controls import Controls
+from jaxdec.decoding import DecodeOutput, Decoding, LoopState, clamp_budget, prefill, typed_key
 from jaxdec.model import KVCache, ModelConfig, forward
 from jaxdec.sampling import Sampling
 
 
-@struct.dataclass
-class _LoopState:
-  cache: KVCache
-  tokens: jax.Array  # i32[B, T]
-  count: jax.Array  # i32[B]: tokens generated so far.
-  done: jax.Array  # bool[B]
-  last: jax.Array  # i32[B]: the most recent token, fed to the next forward.
-  steps: jax.Array  # i32[]: forwards run (prefill included).
-  controls: ControlState
-  logprobs: jax.Array | None  # f32[B, T] with controls.logprobs, else None.
+def step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig) -> LoopState:
+  """One token per row: feed the last committed token (the cache holds the ones before it),
+  choose the next under the controls, commit it. `s.method` is the KV cache."""
+  last = jnp.take_along_axis(s.seq, (s.total - 1)[:, None], axis=1)
+  logits, _, cache = forward(params, last, (s.total - 1)[:, None], s.method, config=config)
+  token = decoding.choose(d, s, logits[:, 0])
+  active = s.active
+  s, _ = decoding.commit(d, s, token[:, None], jnp.ones_like(s.total), logits)
+  cache = cache.with_length(jnp.where(active, cache.length, s.method.length))
+  return s.replace(method=cache, forwards=s.forwards + active.astype(jnp.int32))
+
+
+def start(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
+          budget: jax.Array, *, config: ModelConfig, buffer_len: int) -> LoopState:
+  """Prefill and the first token; the carry holds the KV cache of P + T slots."""
+  batch, width = prompt.shape
+  capacity = width + buffer_len
+  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
+  s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size, cache)
+  return decoding.first_token(d, s, logits)
 
 
 def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new_tokens: jax.Array,
@@ -45,40 +56,9 @@ def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new
     buffer_len: static size T of the output buffer; the cache holds P + T slots.
     controls: logit rules, stop strings, log-probabilities, a streaming hook (`jaxdec.controls`).
   """
-  batch, width = prompt.shape
-  key = typed_key(key)
-  rows = jnp.arange(batch, dtype=jnp.int32)
-  budget = clamp_budget(max_new_tokens, batch, buffer_len)
-  cache = KVCache.init(config, batch, width + buffer_len, dtype=params["embed"].dtype)
-  logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
-
-  choose = functools.partial(controls.choose, sampling=sampling, key=key,
-                             prompt_lengths=prompt_lengths, stop_tokens=stop_tokens)
-
-  zeros = jnp.zeros((batch,), jnp.int32)
-  first, stop, logp, ctl = choose(logits, controls.start(prompt, prompt_lengths, config.vocab_size),
-                                  zeros, zeros == 0)
-  tokens = jnp.full((batch, buffer_len), pad_id, jnp.int32).at[:, 0].set(first)
-  logprobs = None if logp is None else jnp.zeros((batch, buffer_len)).at[:, 0].set(logp)
-  state = _LoopState(cache=cache, tokens=tokens, count=jnp.ones((batch,), jnp.int32),
-                     done=stop | (budget <= 1), last=first, steps=jnp.ones((), jnp.int32),
-                     controls=ctl, logprobs=logprobs)
-
-  def step(s: _LoopState) -> _LoopState:
-    position = prompt_lengths + s.count - 1  # Position of `last`, the token being fed.
-    logits, _, cache = forward(params, s.last[:, None], position[:, None], s.cache, config=config)
-    active = ~s.done
-    token, stop, logp, ctl = choose(logits[:, 0], s.controls, s.count, active)
-    slot = jnp.where(active, s.count, buffer_len)  # Finished rows write nowhere.
-    tokens = s.tokens.at[rows, slot].set(token, mode="drop")
-    logprobs = None if logp is None else s.logprobs.at[rows, slot].set(logp, mode="drop")
-    count = s.count + active.astype(jnp.int32)
-    done = s.done | (active & (stop | (count >= budget)))
-    cache = cache.with_length(jnp.where(active, cache.length, s.cache.length))
-    return _LoopState(cache=cache, tokens=tokens, count=count, done=done,
-                      last=jnp.where(active, token, s.last), steps=s.steps + 1, controls=ctl,
-                      logprobs=logprobs)
-
-  state = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return DecodeOutput(tokens=state.tokens, lengths=state.count,
-                      stats={"nfe": state.count, "steps": state.steps}, logprobs=state.logprobs)
+  d = Decoding(sampling=sampling, key=typed_key(key), stop_tokens=stop_tokens, controls=controls,
+               pad_id=pad_id)
+  budget = clamp_budget(max_new_tokens, prompt.shape[0], buffer_len)
+  s = start(params, d, prompt, prompt_lengths, budget, config=config, buffer_len=buffer_len)
+  s = decoding.run(lambda s: step(params, d, s, config=config), s)
+  return decoding.output(d, s, buffer_len)

@@ -61,23 +61,24 @@ def phases(model, ssr: spec.SSR, prompts, new_tokens: int, repeats: int,
   config, pad = model.config, decoding.pad_id(model.config)
   buffer_len = decoding.bucket(new_tokens)
   inputs = [api.ssr_inputs(model, [p], ssr, new_tokens) for p in prompts]
-  static = dict(buffer_len=buffer_len)
+  d = decoding.Decoding(sampling=None, key=None, stop_tokens=inputs[0][4], pad_id=pad)
+  static = dict(config=config, ssr=ssr, buffer_len=buffer_len)
+  ssr_reason = jax.jit(functools.partial(spec.ssr.ssr_reason, **static))
+  ssr_answer = jax.jit(functools.partial(spec.ssr.ssr_answer, **static))
 
   @functools.lru_cache(maxsize=None)
   def plain(buffer: int):  # Greedy AR compiled for `buffer` new tokens.
     return jax.jit(functools.partial(ar.generate, config=config, buffer_len=buffer, pad_id=pad))
 
   def reason(i):
-    _, prompt, lengths, budget, stops, _ = inputs[i]
-    return api._ssr_reason_jit(model, prompt, lengths, np.int32(budget), stops, ssr, **static)
+    _, prompt, lengths, budget, _, _ = inputs[i]
+    return ssr_reason(model.params, d, prompt, lengths, np.int32(budget))
 
   reasoned = [jax.block_until_ready(reason(i)) for i in range(len(prompts))]
   cut = [int(r.total[0] - inp[2][0]) for r, inp in zip(reasoned, inputs)]  # To "</think>\n".
 
   def answer(i):
-    _, _, lengths, budget, stops, _ = inputs[i]
-    return api._ssr_answer_jit(model, reasoned[i], lengths, np.int32(budget), stops, ssr,
-                               **static)
+    return ssr_answer(model.params, d, reasoned[i])
 
   def greedy(i, tokens):
     _, prompt, lengths, _, stops, _ = inputs[i]

@@ -15,10 +15,10 @@ from jaxdec.spec.loop import speculative_generate
 from jaxdec.spec.simsd import SimSD
 from jaxdec.spec.ssr import SSR, SuffixCache, ssr_generate
 from jaxdec.spec.tree import DynamicTree, Topology, Tree
-from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation, Verdict,
+from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation, Verdict, VerifyInputs,
                                 Verifier)
 
 __all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
            "PromptLookup", "AdaPLD", "SimSD", "SSR", "SuffixCache", "ssr_generate", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
-           "DynamicTree", "Topology", "Draft", "Verdict", "Verifier", "Greedy", "Exact",
+           "DynamicTree", "Topology", "Draft", "Verdict", "VerifyInputs", "Verifier", "Greedy", "Exact",
            "Truncation", "Collaborative"]

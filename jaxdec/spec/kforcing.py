@@ -26,7 +26,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdec.decoding import DecodeOutput, clamp_budget, prefill, rows_until_stop, typed_key
+from jaxdec import decoding
+from jaxdec.controls import Controls
+from jaxdec.decoding import DecodeOutput, Decoding, LoopState, clamp_budget, prefill, typed_key
 from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.sampling import token_keys
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
@@ -169,46 +171,55 @@ class KForcing(Drafter):
     return Draft(tokens=tokens, valid=jnp.ones(tokens.shape, bool), probs=probs), cache
 
 
+def _choose(d: Decoding, s: LoopState, logits: jax.Array, u: jax.Array) -> jax.Array:
+  """i32[B, k]: each slot's token F^-1(q_i, u_i), under the controls' rules when there are any.
+  Our reading for the rules: slot i sees the tokens slots < i drew in the same forward as
+  already generated (repetition penalty, `min_new_tokens`), chosen slot by slot; the student's
+  later slots were still conditioned on the unruled draws (the noise stands for F^-1(q_i, u_i)),
+  so a rule that changes a draw makes the rest of that forward's block approximate."""
+  if d.controls.rules is None:
+    return inverse_cdf(logits, u)
+  pending = jnp.zeros((logits.shape[0], 1, logits.shape[-1]), bool)
+  tokens = []
+  for i in range(logits.shape[1]):
+    generated = (s.generated + i)[:, None]
+    ruled = d.controls.process(logits[:, i: i + 1], s.controls, generated, d.stop_tokens, pending)
+    token = inverse_cdf(ruled[:, 0], u[:, i])
+    pending = pending | (jax.nn.one_hot(token, logits.shape[-1], dtype=jnp.int32) > 0)[:, None]
+    tokens.append(token)
+  return jnp.stack(tokens, axis=1)
+
+
 def push_forward_generate(student: PushForward, prompt: jax.Array, prompt_lengths: jax.Array,
                           max_new_tokens: jax.Array, key: jax.Array | None,
-                          stop_tokens: jax.Array, *, buffer_len: int,
-                          pad_id: int = 0) -> DecodeOutput:
-  """Standalone K-Forcing: k tokens per forward, no verification (lossy). Greedy (u = 0) when
-  `key` is None, else samples of the student's joint law. A row stops at its budget or after a
-  stop token; tokens a forward drew past either are dropped. stats: nfe (forwards per row, the
-  prompt's prefill included), steps, tokens_per_forward."""
+                          stop_tokens: jax.Array, *, buffer_len: int, pad_id: int = 0,
+                          controls: Controls = Controls()) -> DecodeOutput:
+  """Standalone K-Forcing over the token loop's core: k tokens per forward, no verification
+  (lossy). Greedy (u = 0) when `key` is None, else samples of the student's joint law. A row
+  stops at its budget, after a stop token or a stop string; tokens a forward drew past either
+  are dropped. `controls` as `jaxdec.ar.generate` (log-probabilities under the student's own
+  distribution). stats: nfe (forwards per row, the prompt's prefill included), steps,
+  tokens_per_forward."""
   batch, width = prompt.shape
   k = student.num_tokens
-  key = typed_key(key)
+  d = Decoding(sampling=None, key=typed_key(key), stop_tokens=stop_tokens, controls=controls,
+               pad_id=pad_id)
   rows = jnp.arange(batch, dtype=jnp.int32)
   budget = clamp_budget(max_new_tokens, batch, buffer_len)
-  cache = student.init_cache(prompt, prompt_lengths, width + buffer_len + k)
-  seq = jnp.concatenate([prompt, jnp.full((batch, buffer_len + k), pad_id, jnp.int32)], axis=1)
-  seq = jnp.where(jnp.arange(seq.shape[1])[None, :] < prompt_lengths[:, None], seq, pad_id)
+  capacity = width + buffer_len + k
+  cache = student.init_cache(prompt, prompt_lengths, capacity)
+  s = decoding.init(d, prompt, prompt_lengths, budget, capacity,
+                    student.model.config.vocab_size, cache)
+  s = s.replace(forwards=s.forwards + 1)  # The prefill.
 
-  def step(carry):
-    seq, cache, count, done, nfe, steps = carry
-    total = prompt_lengths + count
-    positions = total[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
-    u = student.uniforms(key, rows, positions)
+  def step(s: LoopState) -> LoopState:
+    positions = s.total[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
+    u = student.uniforms(d.key, rows, positions)
     # Only the k tokens the last forward emitted were fed as noise: re-feed exactly those.
-    logits, cache = student.step(seq, total, cache, u, window=k)
-    new = inverse_cdf(logits, u)
-    active = ~done
-    take = jnp.where(active, jnp.minimum(rows_until_stop(new, stop_tokens), budget - count), 0)
-    kept = jnp.arange(k)[None, :] < take[:, None]
-    slot = jnp.where(kept, positions, seq.shape[1])
-    seq = seq.at[rows[:, None], slot].set(new, mode="drop")
-    stopped = jnp.any(kept & jnp.isin(new, stop_tokens), axis=1)
-    count = count + take
-    done = done | stopped | (count >= budget)
-    return seq, cache, count, done, nfe + active.astype(jnp.int32), steps + 1
+    logits, cache = student.step(s.seq, s.total, s.method, u, window=k)
+    active = s.active
+    s, _ = decoding.commit(d, s, _choose(d, s, logits, u), jnp.full((batch,), k, jnp.int32),
+                           logits)
+    return s.replace(method=cache, forwards=s.forwards + active.astype(jnp.int32))
 
-  zeros = jnp.zeros((batch,), jnp.int32)
-  seq, _, count, _, nfe, steps = jax.lax.while_loop(
-      lambda c: ~jnp.all(c[3]), step, (seq, cache, zeros, budget <= 0, zeros + 1, jnp.zeros((), jnp.int32)))
-  index = prompt_lengths[:, None] + jnp.arange(buffer_len, dtype=jnp.int32)[None, :]
-  tokens = jnp.where(jnp.arange(buffer_len)[None, :] < count[:, None], gather(seq, index), pad_id)
-  return DecodeOutput(tokens=tokens, lengths=count,
-                      stats={"nfe": nfe, "steps": steps, "tokens_per_forward":
-                             count.astype(jnp.float32) / jnp.maximum(nfe, 1).astype(jnp.float32)})
+  return decoding.output(d, decoding.run(step, s), buffer_len)

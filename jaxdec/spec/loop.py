@@ -1,5 +1,7 @@
-"""Speculative decoding: draft -> one target forward over [last token, drafts] -> verify ->
-commit, all inside one `lax.while_loop` with static shapes.
+"""Speculative decoding over the token loop's core (`jaxdec.decoding`): draft -> one target
+forward over [last token, drafts] -> verify -> commit, all inside one `lax.while_loop` with
+static shapes. `start` / `step` / `decode` / `output` are public, so other methods (SSR's answer
+phase) run the same step from their own state.
 
 Invariants per row: `seq[:total]` is the committed sequence (prompt + generated); the target
 cache holds K/V for its first total - 1 tokens (the last token is fed next step, as the root of
@@ -17,46 +19,55 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdec.controls import Controls, ControlState, token_logprobs, tree_pending
-from jaxdec.decoding import (DecodeOutput, check_returned, clamp_budget, positions, prefill,
-                             typed_key)
+from jaxdec import decoding
+from jaxdec.controls import Controls, tree_pending
+from jaxdec.decoding import (DecodeOutput, Decoding, LoopState, check_returned, clamp_budget,
+                             prefill, typed_key)
 from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.sampling import Sampling
 from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.tree import DynamicTree, Tree
-from jaxdec.spec.verify import Verdict, Verifier
+from jaxdec.spec.verify import Verifier, VerifyInputs
 
 
 @struct.dataclass
-class _SpecState:
+class SpecCarry:
+  """The speculative method's part of the loop carry (`LoopState.method`).
+
+  cache: the target's KV cache, holding the first total - 1 committed tokens (the last one is
+  fed next step, as the root of the draft tree); draft_state: the drafter's; hidden
+  [layers, B, S, D] the target's hidden states at the drafter's layers, or None; accepted
+  i32[B, max_steps]: drafts committed at each step (-1 = no step).
+  """
+
   cache: KVCache
   draft_state: Any
-  seq: jax.Array  # i32[B, S]
-  total: jax.Array  # i32[B]
-  done: jax.Array  # bool[B]
-  hidden: jax.Array | None  # [layers, B, S, D] at the drafter's layers, or None.
-  target_forwards: jax.Array  # i32[B]
-  accepted: jax.Array  # i32[B, max_steps]: drafts accepted at each step (-1 = no step).
-  step: jax.Array  # i32[]
-  controls: ControlState
-  logprobs: jax.Array | None  # f32[B, S] aligned with seq, with controls.logprobs.
+  hidden: jax.Array | None
+  accepted: jax.Array
 
 
 @struct.dataclass
-class _Step:
-  """Everything a step reads besides the state (static settings first)."""
+class Speculation:
+  """What a speculative step reads besides the carry (static settings first): the target
+  (config, params), the drafter and its hidden layers, the verifier."""
 
   config: ModelConfig = struct.field(pytree_node=False)
   layers: tuple = struct.field(pytree_node=False)
   params: dict
   drafter: Drafter
   verifier: Verifier
-  sampling: Sampling | None  # None: greedy.
-  key: jax.Array | None
-  stop_tokens: jax.Array
-  prompt_lengths: jax.Array
-  budget: jax.Array
-  controls: Controls
+
+  @classmethod
+  def create(cls, params: dict, config: ModelConfig, drafter: Drafter,
+             verifier: Verifier) -> "Speculation":
+    return cls(config=config, layers=tuple(drafter.hidden_layers(config)), params=params,
+               drafter=drafter, verifier=verifier)
+
+  def capacity(self, width: int, buffer_len: int) -> int:
+    """Sequence and cache slots: a row that is not done has total <= P + T - 1, so its block
+    (root at total - 1, then N nodes) ends at slot P + T + N - 2 at most (done rows keep running
+    the batch's forwards; their writes past the end are dropped)."""
+    return width + buffer_len + max(b.tree.size for b in self.drafter.variants()) - 1
 
 
 def compact_path(cache: KVCache, base: jax.Array, path: jax.Array,
@@ -69,14 +80,15 @@ def compact_path(cache: KVCache, base: jax.Array, path: jax.Array,
   return cache.move(base[:, None] + path, dst)
 
 
-def _verify(c: _Step, s: _SpecState, rows: jax.Array):
+def _verify(c: Speculation, d: Decoding, s: LoopState, rows: jax.Array):
   """Draft, run the target over [root, drafts], verify: (draft, verdict, logits, ruled, hidden,
   cache, state); `logits` are the target's own, `ruled` after the controls' rules."""
+  m: SpecCarry = s.method
   tree = c.drafter.tree
   base = s.total - 1  # Position (and cache slot) of the root: the last committed token.
-  ctx = Context(seq=s.seq, total=s.total, hidden=s.hidden, cache=s.cache, sampling=c.sampling,
-                key=c.key, rows=rows)
-  draft, draft_state = c.drafter.propose(s.draft_state, ctx)
+  ctx = Context(seq=s.seq, total=s.total, hidden=m.hidden, cache=m.cache, sampling=d.sampling,
+                key=d.key, rows=rows)
+  draft, draft_state = c.drafter.propose(m.draft_state, ctx)
   shape = (s.seq.shape[0], tree.size)
   returned = {"tokens": (draft.tokens, shape), "valid": (draft.valid, shape)}
   if draft.parents is not None:
@@ -87,125 +99,102 @@ def _verify(c: _Step, s: _SpecState, rows: jax.Array):
   block = jnp.concatenate([root, draft.tokens], axis=1)
   block_positions = base[:, None] + topo.depths
   tree_mask = None if topo.is_chain else topo.ancestor_mask
-  h, hidden, cache = decode_hidden(c.params, embed(c.params, block), block_positions, s.cache,
+  h, hidden, cache = decode_hidden(c.params, embed(c.params, block), block_positions, m.cache,
                                    config=c.config, tree=tree_mask, hidden_layers=c.layers)
   logits = unembed(c.params, h, c.config)
   pending = None
-  if c.controls.rules is not None:
+  if d.controls.rules is not None:
     pending = tree_pending(block, topo.ancestor_mask, c.config.vocab_size)
-  generated = (s.total - c.prompt_lengths)[:, None] + topo.depths
-  ruled = c.controls.process(logits, s.controls, generated, c.stop_tokens, pending)
-  verdict = c.verifier(draft, ruled, topo, c.sampling, c.key, rows, base)
+  generated = s.generated[:, None] + topo.depths
+  ruled = d.controls.process(logits, s.controls, generated, d.stop_tokens, pending)
+  verdict = c.verifier(VerifyInputs(draft=draft, logits=ruled, tree=topo, sampling=d.sampling,
+                                    key=d.key, rows=rows, base=base))
   return draft, verdict, logits, ruled, hidden, cache, draft_state
 
 
-def _emit(c: _Step, s: _SpecState, draft, verdict: Verdict):
-  """The tokens this step commits: the accepted path then the next token, cut at the budget and
-  after a stop token or string. Returns (emitted i32[B, D + 1], count i32[B], hit_stop bool[B],
-  the stop strings' histories or None)."""
-  batch = draft.tokens.shape[0]
-  num = verdict.num_accepted
-  j = jnp.arange(verdict.path.shape[1] + 1, dtype=jnp.int32)[None, :]
-  path_tokens = jnp.take_along_axis(draft.tokens, jnp.maximum(verdict.path - 1, 0), 1)
-  path_tokens = jnp.concatenate([path_tokens, jnp.zeros((batch, 1), jnp.int32)], axis=1)
-  emitted = jnp.where(j < num[:, None], path_tokens, verdict.next_token[:, None])
-  string_hit, histories = c.controls.stop_hits(s.controls, emitted, s.total - c.prompt_lengths)
-  is_stop = (jnp.isin(emitted, c.stop_tokens) | string_hit) & (j <= num[:, None])
-  first_stop = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), j.shape[1])
-  room = c.budget - (s.total - c.prompt_lengths)
-  count = jnp.minimum(jnp.minimum(num + 1, room), first_stop + 1)
-  count = jnp.where(~s.done, count, 0)
-  hit_stop = jnp.any(is_stop & (j < count[:, None]), axis=1)
-  return emitted, count, hit_stop, histories
-
-
-def _step(c: _Step, s: _SpecState) -> _SpecState:
+def step(c: Speculation, d: Decoding, s: LoopState) -> LoopState:
+  """One speculative step: draft, verify in one target forward, commit the accepted path and
+  the next token (`decoding.commit`), roll the cache back to the committed sequence, tell the
+  drafter."""
+  m: SpecCarry = s.method
   rows = jnp.arange(s.seq.shape[0], dtype=jnp.int32)
   capacity = s.seq.shape[1]
-  active = ~s.done
+  active = s.active
   base = s.total - 1
-  draft, verdict, logits, ruled, block_hidden, cache, draft_state = _verify(c, s, rows)
-  emitted, count, hit_stop, histories = _emit(c, s, draft, verdict)
-  j = jnp.arange(emitted.shape[1], dtype=jnp.int32)[None, :]
-  write = j < count[:, None]
-  slots = jnp.where(write, s.total[:, None] + j, capacity)
-  seq = s.seq.at[rows[:, None], slots].set(emitted, mode="drop")
-  total = s.total + count
-  cache = compact_path(cache, base, verdict.path, c.drafter.tree)
-  cache = cache.with_length(jnp.where(active, total - 1, s.cache.length))
+  draft, verdict, logits, ruled, block_hidden, cache, draft_state = _verify(c, d, s, rows)
+  num = verdict.num_accepted
   # emitted[:, j] was chosen from the logits at node nodes[:, j]: the root, then the path.
   nodes = jnp.concatenate([jnp.zeros_like(verdict.path[:, :1]), verdict.path], axis=1)
-  logprobs = s.logprobs
-  if logprobs is not None:
-    at_nodes = jnp.take_along_axis(logits, nodes[:, :, None], 1)
-    logprobs = logprobs.at[rows[:, None], slots].set(token_logprobs(at_nodes, emitted), mode="drop")
-  hidden = s.hidden
+  j = jnp.arange(nodes.shape[1], dtype=jnp.int32)[None, :]
+  path_tokens = jnp.take_along_axis(draft.tokens, jnp.maximum(verdict.path - 1, 0), 1)
+  path_tokens = jnp.concatenate([path_tokens, jnp.zeros_like(num)[:, None]], axis=1)
+  emitted = jnp.where(j < num[:, None], path_tokens, verdict.next_token[:, None])
+  at_nodes = jnp.take_along_axis(logits, nodes[:, :, None], 1)
+  s, count = decoding.commit(d, s, emitted, num + 1, at_nodes)
+  cache = compact_path(cache, base, verdict.path, c.drafter.tree)
+  cache = cache.with_length(jnp.where(active, s.total - 1, m.cache.length))
+  hidden = m.hidden
   if hidden is not None:  # Hidden states of the root and the accepted path, at their positions.
+    write = j < count[:, None]
     picked = jnp.take_along_axis(block_hidden, nodes[None, :, :, None], 2)
     hidden = hidden.at[:, rows[:, None], jnp.where(write, base[:, None] + j, capacity)].set(
         picked, mode="drop")
-  done = s.done | (active & (hit_stop | (total - c.prompt_lengths >= c.budget)))
-  committed = jnp.minimum(verdict.num_accepted, count)  # Drafts that made it into the output.
-  feedback = Feedback(draft=draft, verdict=verdict, count=count, total=total, active=active,
+  committed = jnp.minimum(num, count)  # Drafts that made it into the output.
+  feedback = Feedback(draft=draft, verdict=verdict, count=count, total=s.total, active=active,
                       logits=jnp.take_along_axis(ruled, nodes[:, :, None], 1))
-  return _SpecState(
-      cache=cache, draft_state=c.drafter.update(draft_state, feedback), seq=seq, total=total,
-      done=done, hidden=hidden, target_forwards=s.target_forwards + active.astype(jnp.int32),
-      accepted=s.accepted.at[:, s.step].set(jnp.where(active, committed, -1), mode="drop"),
-      step=s.step + 1, controls=c.controls.advance(s.controls, emitted, count, histories),
-      logprobs=logprobs)
+  method = SpecCarry(cache=cache, draft_state=c.drafter.update(draft_state, feedback),
+                     hidden=hidden,
+                     accepted=m.accepted.at[:, s.steps].set(jnp.where(active, committed, -1),
+                                                            mode="drop"))
+  return s.replace(method=method, forwards=s.forwards + active.astype(jnp.int32))
 
 
-def _start(c: _Step, prompt: jax.Array, capacity: int, buffer_len: int, pad_id: int) -> _SpecState:
+def start(c: Speculation, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
+          budget: jax.Array, buffer_len: int) -> LoopState:
   """Prefill: the target produces the first token, as in plain AR decoding; the sequence,
-  hidden-state and log-probability buffers get `capacity` slots."""
+  hidden-state and log-probability buffers get `c.capacity` slots."""
   batch, width = prompt.shape
-  rows = jnp.arange(batch, dtype=jnp.int32)
+  capacity = c.capacity(width, buffer_len)
   cache = KVCache.init(c.config, batch, capacity, dtype=c.params["embed"].dtype)
-  logits, cache, prompt_hidden = prefill(c.params, prompt, c.prompt_lengths, cache,
+  logits, cache, prompt_hidden = prefill(c.params, prompt, prompt_lengths, cache,
                                          config=c.config, hidden_layers=c.layers)
-  zeros = jnp.zeros((batch,), jnp.int32)
-  first, stop, logp, ctl = c.controls.choose(
-      logits, c.controls.start(prompt, c.prompt_lengths, c.config.vocab_size), zeros, zeros == 0,
-      sampling=c.sampling, key=c.key, prompt_lengths=c.prompt_lengths, stop_tokens=c.stop_tokens)
-  seq = jnp.full((batch, capacity), pad_id, jnp.int32).at[:, :width].set(prompt)
-  seq = seq.at[rows, c.prompt_lengths].set(first)
-  logprobs = None
-  if logp is not None:
-    logprobs = jnp.zeros((batch, capacity)).at[rows, c.prompt_lengths].set(logp)
   hidden = None
   if c.layers:
     hidden = jnp.zeros((len(c.layers), batch, capacity, c.config.hidden_size), prompt_hidden.dtype)
     hidden = hidden.at[:, :, :width].set(prompt_hidden)
-  draft_state = c.drafter.init(prompt, c.prompt_lengths, capacity,
+  draft_state = c.drafter.init(prompt, prompt_lengths, capacity,
                                prompt_hidden if c.layers else None)
-  return _SpecState(
-      cache=cache, draft_state=draft_state, seq=seq,
-      total=c.prompt_lengths + 1, hidden=hidden, done=stop | (c.budget <= 1),
-      target_forwards=jnp.ones((batch,), jnp.int32),
-      accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),
-      controls=ctl, logprobs=logprobs)
+  carry = SpecCarry(cache=cache, draft_state=draft_state, hidden=hidden,
+                    accepted=jnp.full((batch, buffer_len), -1, jnp.int32))
+  s = decoding.init(d, prompt, prompt_lengths, budget, capacity, c.config.vocab_size, carry)
+  return decoding.first_token(d, s, logits)
 
 
-def _output(c: _Step, state: _SpecState, buffer_len: int, pad_id: int) -> DecodeOutput:
-  """The generated tokens (and log-probabilities) cut out of the sequence buffer, and the stats."""
-  batch, capacity = state.seq.shape
-  lengths = state.total - c.prompt_lengths
-  offsets = jnp.minimum(positions(batch, buffer_len, c.prompt_lengths), capacity - 1)
-  produced = jnp.arange(buffer_len)[None, :] < lengths[:, None]
-  tokens = jnp.where(produced, jnp.take_along_axis(state.seq, offsets, 1), pad_id)
-  logprobs = None
-  if state.logprobs is not None:
-    logprobs = jnp.where(produced, jnp.take_along_axis(state.logprobs, offsets, 1), 0.0)
-  stats = {
-      "acceptance_length": lengths.astype(jnp.float32) / state.target_forwards.astype(jnp.float32),
-      "target_forwards": state.target_forwards,
-      "draft_forwards": (state.target_forwards - 1) * c.drafter.forwards,
-      "accepted": state.accepted,
-      "nfe": state.target_forwards,
-      "steps": state.step,
-  }
-  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats, logprobs=logprobs)
+def decode(c: Speculation, d: Decoding, s: LoopState) -> LoopState:
+  """Steps until every row is done, from any consistent state (after `start`, or SSR's
+  reasoning phase): one compiled step per drafter variant, chosen with `lax.switch`."""
+  drafter = c.drafter
+  steps = [functools.partial(step, c.replace(drafter=b), d) for b in drafter.variants()]
+
+  def one(s: LoopState) -> LoopState:
+    if len(steps) == 1:
+      return steps[0](s)
+    return jax.lax.switch(jnp.clip(drafter.pick(s.method.draft_state), 0, len(steps) - 1),
+                          steps, s)
+
+  return decoding.run(one, s)
+
+
+def output(c: Speculation, d: Decoding, s: LoopState, buffer_len: int) -> DecodeOutput:
+  """The generated tokens and the stats, speculation's added: per-row `acceptance_length`
+  (tokens per target forward, prefill included), `target_forwards`, `draft_forwards`,
+  `accepted` i32[B, steps]."""
+  forwards = s.forwards
+  return decoding.output(
+      d, s, buffer_len,
+      acceptance_length=s.generated.astype(jnp.float32) / jnp.maximum(forwards, 1).astype(jnp.float32),
+      target_forwards=forwards, draft_forwards=jnp.maximum(forwards - 1, 0) * c.drafter.forwards,
+      accepted=s.method.accepted)
 
 
 def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
@@ -222,28 +211,9 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
   forward, prefill included), `target_forwards`, `draft_forwards`, `accepted` i32[B, steps]
   (drafts committed at each step, -1 past the row's last step) and `steps`.
   """
-  batch, width = prompt.shape
-  # A row that is not done has total <= P + budget - 1, so its block (root at total - 1, then N
-  # nodes) ends at slot P + buffer_len + N - 2 at most: capacity P + buffer_len + N - 1 suffices
-  # (done rows keep running the batch's forwards; their writes past the end are dropped).
-  capacity = width + buffer_len + max(b.tree.size for b in drafter.variants()) - 1
-  setting = _Step(params=params, drafter=drafter, verifier=verifier, sampling=sampling,
-                  key=typed_key(key), stop_tokens=stop_tokens, prompt_lengths=prompt_lengths,
-                  budget=clamp_budget(max_new_tokens, batch, buffer_len), config=config,
-                  layers=tuple(drafter.hidden_layers(config)), controls=controls)
-  state = _start(setting, prompt, capacity, buffer_len, pad_id)
-  return _output(setting, _decode(setting, state), buffer_len, pad_id)
-
-
-def _decode(c: _Step, state: _SpecState) -> _SpecState:
-  """Steps until every row is done, from any consistent state (after `_start`, or SSR's
-  reasoning phase): one compiled step per drafter variant, chosen with `lax.switch`."""
-  drafter = c.drafter
-  steps = [functools.partial(_step, c.replace(drafter=b)) for b in drafter.variants()]
-
-  def step(s: _SpecState) -> _SpecState:
-    if len(steps) == 1:
-      return steps[0](s)
-    return jax.lax.switch(jnp.clip(drafter.pick(s.draft_state), 0, len(steps) - 1), steps, s)
-
-  return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+  c = Speculation.create(params, config, drafter, verifier)
+  d = Decoding(sampling=sampling, key=typed_key(key), stop_tokens=stop_tokens, controls=controls,
+               pad_id=pad_id)
+  budget = clamp_budget(max_new_tokens, prompt.shape[0], buffer_len)
+  s = start(c, d, prompt, prompt_lengths, budget, buffer_len)
+  return output(c, d, decode(c, d, s), buffer_len)

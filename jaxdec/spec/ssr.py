@@ -16,7 +16,8 @@ Two phases, each one `lax.while_loop` with static shapes:
    leaves the phase when its generated tokens end with the close tokens, or at a stop token or
    its budget (then it has no answer phase).
 2. Answer (`ssr_answer`). Speculative decoding on the B main rows (cut out of the 2B once) with
-   `jaxdec.spec.loop`'s step and `Greedy` verification; the drafter is `SuffixCache` over the
+   `jaxdec.spec.loop`'s public step and `Greedy` verification, started from the reasoning
+   phase's state; the drafter is `SuffixCache` over the
    stored answers. Right after the reasoning the committed suffix is the close tokens, which open
    every stored answer, so the latest answer is proposed whole: a long accepted prefix in one
    forward. After a divergence the longest matching suffix re-finds a span further on.
@@ -39,8 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxdec import decoding
 from jaxdec.controls import Controls
-from jaxdec.decoding import DecodeOutput, clamp_budget, prefill
+from jaxdec.decoding import DecodeOutput, DecodeStats, Decoding, LoopState, clamp_budget, prefill
 from jaxdec.model import KVCache, ModelConfig, forward
 from jaxdec.spec import loop
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
@@ -203,36 +205,32 @@ class SuffixCache(Drafter):
 
 @struct.dataclass
 class Reasoned:
-  """The state between the phases, main rows only. cache: B rows holding total - 1 tokens;
-  seq i32[B, S] committed in [0, total); done bool[B]: rows that stopped (stop token or budget)
-  before an answer phase; answers i32[B, N, W], answer_lengths i32[B, N]: the partial answers
-  (close tokens first); started i32[B]: partial answers begun; forwards i32[B]: target forwards
-  (the prefill included); branch_tokens i32[B]: tokens the branch row produced."""
+  """SSR's part of the loop carry (`LoopState.method`) between the phases, for the B main rows:
+  cache holding total - 1 tokens; answers i32[B, N, W], answer_lengths i32[B, N]: the partial
+  answers (close tokens first); started i32[B]: partial answers begun; branch_tokens i32[B]:
+  tokens the branch row produced."""
 
   cache: KVCache
-  seq: jax.Array
-  total: jax.Array
-  done: jax.Array
   answers: jax.Array
   answer_lengths: jax.Array
   started: jax.Array
-  forwards: jax.Array
   branch_tokens: jax.Array
 
 
 @struct.dataclass
-class _ReasonState:
-  cache: KVCache  # 2B rows: main rows, then their branch rows.
-  seq: jax.Array  # i32[2B, S]
-  total: jax.Array  # i32[2B]
+class _Branches:
+  """The reasoning phase's carry: a cache of 2B rows (main rows, then their branch rows), the
+  branch rows' sequences, and the partial answers."""
+
+  cache: KVCache  # 2B rows.
+  seq: jax.Array  # i32[B, S]: branch rows' sequences.
+  total: jax.Array  # i32[B]: branch rows' committed lengths.
   reasoning: jax.Array  # bool[B]: main row still in phase 1.
-  stopped: jax.Array  # bool[B]: main row ended by a stop token or its budget.
   busy: jax.Array  # bool[B]: branch row decoding a partial answer.
   next_budget: jax.Array  # i32[B]: index of the next budget to fire.
   started: jax.Array  # i32[B]
   answers: jax.Array  # i32[B, N, W]
   answer_lengths: jax.Array  # i32[B, N]
-  forwards: jax.Array  # i32[B]
   branch_tokens: jax.Array  # i32[B]
 
 
@@ -263,171 +261,160 @@ def _ends_reasoning(seq, total, prompt_lengths, close: tuple[int, ...]):
   return (total - prompt_lengths >= c) & closing
 
 
-def _fork(s: _ReasonState, fork: jax.Array, ssr: SSR) -> _ReasonState:
+def _fork(s: LoopState, fork: jax.Array, ssr: SSR) -> LoopState:
   """Copy main rows `fork` bool[B] into their branch rows and queue the close tokens there: the
   branch's cache holds what the main row's does, its sequence adds the close tokens, so its next
   C + 1 forwards catch up and the last one yields the first answer token."""
+  m: _Branches = s.method
   batch = fork.shape[0]
   close = jnp.asarray(ssr.close_tokens, jnp.int32)
   c = close.shape[0]
-  main_total = s.total[:batch]
   pick = jnp.concatenate([jnp.zeros_like(fork), fork])
 
-  def copy(s: _ReasonState):
-    main = _head(s.cache, batch)
-    seq = jnp.where(pick[:, None], jnp.concatenate([s.seq[:batch]] * 2), s.seq)
-    branch = jnp.arange(batch, 2 * batch)
-    slots = jnp.where(fork[:, None], main_total[:, None] + jnp.arange(c)[None, :], seq.shape[1])
-    seq = seq.at[branch[:, None], slots].set(jnp.broadcast_to(close, slots.shape), mode="drop")
-    return s.replace(cache=_stack(main, main).where(pick, s.cache), seq=seq,
-                     total=jnp.where(pick, jnp.concatenate([main_total] * 2) + c, s.total))
+  def copy(m: _Branches):
+    main = _head(m.cache, batch)
+    slots = jnp.where(fork[:, None], s.total[:, None] + jnp.arange(c)[None, :], s.seq.shape[1])
+    seq = jnp.where(fork[:, None], s.seq, m.seq)
+    seq = seq.at[jnp.arange(batch)[:, None], slots].set(jnp.broadcast_to(close, slots.shape),
+                                                         mode="drop")
+    return m.replace(cache=_stack(main, main).where(pick, m.cache), seq=seq,
+                     total=jnp.where(fork, s.total + c, m.total))
 
-  s = jax.lax.cond(jnp.any(fork), copy, lambda s: s, s)
+  m = jax.lax.cond(jnp.any(fork), copy, lambda m: m, m)
   rows = jnp.arange(batch)
-  slot = jnp.where(fork, s.started, s.answers.shape[1])
-  answers = s.answers.at[rows, slot, :c].set(jnp.broadcast_to(close, (batch, c)), mode="drop")
-  return s.replace(answers=answers,
-                   answer_lengths=s.answer_lengths.at[rows, slot].set(c, mode="drop"),
-                   started=s.started + fork.astype(jnp.int32), busy=s.busy | fork)
+  slot = jnp.where(fork, m.started, m.answers.shape[1])
+  answers = m.answers.at[rows, slot, :c].set(jnp.broadcast_to(close, (batch, c)), mode="drop")
+  return s.replace(method=m.replace(
+      answers=answers, answer_lengths=m.answer_lengths.at[rows, slot].set(c, mode="drop"),
+      started=m.started + fork.astype(jnp.int32), busy=m.busy | fork))
 
 
-def _reason_start(params: dict, prompt, prompt_lengths, budget, stop_tokens, *,
-                  config: ModelConfig, ssr: SSR, capacity: int, pad_id: int) -> _ReasonState:
-  """Prefill the main rows (their first token greedy, as plain AR), empty branch rows after
-  them."""
-  batch, width = prompt.shape
-  rows = jnp.arange(batch, dtype=jnp.int32)
+def _reason_step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig,
+                 ssr: SSR) -> LoopState:
+  """One forward over the 2B rows: each feeds the first token its cache lacks. A reasoning main
+  row commits its next token (`decoding.commit`, under the controls); a busy branch row appends
+  its argmax to its partial answer."""
+  batch = s.seq.shape[0]
   budgets = jnp.asarray(ssr.budgets, jnp.int32)
+  rows = jnp.arange(batch, dtype=jnp.int32)
+  m: _Branches = s.method
+  last = gather(s.seq, s.total[:, None] - 1)[:, 0]
+  due = s.generated >= budgets[jnp.minimum(m.next_budget, budgets.shape[0] - 1)]
+  fork = (m.reasoning & (ssr.preempt | ~m.busy) & (last == ssr.line_end)
+          & (m.next_budget < budgets.shape[0]) & due)
+  s = _fork(s, fork, ssr)
+  m = s.method
+  skipped = jnp.sum(budgets[None, :] <= s.generated[:, None], axis=1).astype(jnp.int32)
+  m = m.replace(next_budget=jnp.where(fork, skipped, m.next_budget))
+  reasoning = m.reasoning
+  active = jnp.concatenate([reasoning, m.busy & reasoning])
+  fed_at = m.cache.length
+  both = jnp.concatenate([s.seq, m.seq])
+  logits, _, cache = forward(params, gather(both, fed_at[:, None]), fed_at[:, None], m.cache,
+                             config=config)
+  cache = cache.with_length(jnp.where(active, fed_at + 1, fed_at))
+  # Main rows: the next reasoning token, as plain decoding would choose it.
+  main_logits = logits[:batch, 0]
+  s, _ = decoding.commit(d, s, decoding.choose(d, s, main_logits)[:, None],
+                         reasoning.astype(jnp.int32), main_logits[:, None])
+  closed = reasoning & _ends_reasoning(s.seq, s.total, s.prompt_lengths, ssr.close_tokens)
+  # Branch rows: append to the current answer; end it at a stop token, A tokens, or the model's
+  # last position.
+  grew = active[batch:] & (fed_at[batch:] == m.total - 1)
+  token = jnp.argmax(logits[batch:, 0], axis=-1).astype(jnp.int32)
+  seq = m.seq.at[rows, jnp.where(grew, m.total, m.seq.shape[1])].set(token, mode="drop")
+  total = m.total + grew.astype(jnp.int32)
+  slot = jnp.where(grew, m.started - 1, budgets.shape[0])
+  at = m.answer_lengths[rows, jnp.minimum(slot, budgets.shape[0] - 1)]
+  finished = grew & (jnp.isin(token, d.stop_tokens) | (at + 1 >= ssr.width)
+                     | (total >= config.max_position_embeddings))
+  m = m.replace(cache=cache, seq=seq, total=total, reasoning=reasoning & ~(s.done | closed),
+                busy=m.busy & ~finished,
+                answers=m.answers.at[rows, slot, at].set(token, mode="drop"),
+                answer_lengths=m.answer_lengths.at[rows, slot].add(1, mode="drop"),
+                branch_tokens=m.branch_tokens + grew.astype(jnp.int32))
+  return s.replace(method=m, forwards=s.forwards + reasoning.astype(jnp.int32))
+
+
+def ssr_reason(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
+               max_new_tokens: jax.Array, *, config: ModelConfig, ssr: SSR,
+               buffer_len: int) -> LoopState:
+  """Phase 1: greedy reasoning on the main rows (the token loop's rows, every control applied),
+  partial answers on the branch rows in the same forwards. Returns the main rows' state, its
+  method carry a `Reasoned`; rows that stopped (stop token, stop string or budget) are done,
+  the others have just closed their reasoning. Arguments as `ssr_generate`."""
+  batch, width = prompt.shape
+  budget = clamp_budget(max_new_tokens, batch, buffer_len)
+  capacity = _capacity(ssr, width, buffer_len)
   cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
-  first = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  seq = jnp.full((batch, capacity), pad_id, jnp.int32).at[:, :width].set(prompt)
-  seq = seq.at[rows, prompt_lengths].set(first)
-  total = prompt_lengths + 1
-  stopped = jnp.isin(first, stop_tokens) | (budget <= 1)
-  closed = _ends_reasoning(seq, total, prompt_lengths, ssr.close_tokens)
-  cache = _stack(cache, jax.tree.map(jnp.zeros_like, cache))
+  s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size)
+  s = decoding.first_token(d, s, logits)
+  closed = _ends_reasoning(s.seq, s.total, prompt_lengths, ssr.close_tokens)
+  n = len(ssr.budgets)
   zeros = jnp.zeros((batch,), jnp.int32)
-  return _ReasonState(
-      cache=cache, seq=jnp.concatenate([seq, seq]), total=jnp.concatenate([total, total]),
-      reasoning=~(stopped | closed), stopped=stopped, busy=zeros > 0, next_budget=zeros,
-      started=zeros, answers=jnp.full((batch, budgets.shape[0], ssr.width), pad_id, jnp.int32),
-      answer_lengths=jnp.zeros((batch, budgets.shape[0]), jnp.int32), forwards=zeros + 1,
-      branch_tokens=zeros)
+  s = s.replace(method=_Branches(
+      cache=_stack(cache, jax.tree.map(jnp.zeros_like, cache)), seq=s.seq, total=s.total,
+      reasoning=~(s.done | closed), busy=zeros > 0, next_budget=zeros, started=zeros,
+      answers=jnp.full((batch, n, ssr.width), d.pad_id, jnp.int32),
+      answer_lengths=jnp.zeros((batch, n), jnp.int32), branch_tokens=zeros))
+  s = jax.lax.while_loop(lambda s: jnp.any(s.method.reasoning),
+                         lambda s: _reason_step(params, d, s, config=config, ssr=ssr).replace(
+                             steps=s.steps + 1), s)
+  m: _Branches = s.method
+  return s.replace(method=Reasoned(cache=_head(m.cache, batch), answers=m.answers,
+                                   answer_lengths=m.answer_lengths, started=m.started,
+                                   branch_tokens=m.branch_tokens))
 
 
-def ssr_reason(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
-               max_new_tokens: jax.Array, stop_tokens: jax.Array, *, config: ModelConfig,
-               ssr: SSR, buffer_len: int, pad_id: int = 0) -> Reasoned:
-  """Phase 1: greedy reasoning on the main rows, partial answers on the branch rows in the same
-  forwards. Arguments as `ssr_generate`."""
-  batch, width = prompt.shape
-  budget = clamp_budget(max_new_tokens, batch, buffer_len)
-  budgets = jnp.asarray(ssr.budgets, jnp.int32)
-  capacity = _capacity(ssr, width, buffer_len)
-  rows = jnp.arange(batch, dtype=jnp.int32)
-  state = _reason_start(params, prompt, prompt_lengths, budget, stop_tokens, config=config,
-                         ssr=ssr, capacity=capacity, pad_id=pad_id)
-
-  def step(s: _ReasonState) -> _ReasonState:
-    generated = s.total[:batch] - prompt_lengths
-    last = gather(s.seq[:batch], s.total[:batch, None] - 1)[:, 0]
-    due = generated >= budgets[jnp.minimum(s.next_budget, budgets.shape[0] - 1)]
-    fork = (s.reasoning & (ssr.preempt | ~s.busy) & (last == ssr.line_end)
-            & (s.next_budget < budgets.shape[0]) & due)
-    s = _fork(s, fork, ssr)
-    skipped = jnp.sum(budgets[None, :] <= generated[:, None], axis=1).astype(jnp.int32)
-    s = s.replace(next_budget=jnp.where(fork, skipped, s.next_budget))
-    # One forward over all 2B rows: each feeds the first token its cache lacks.
-    active = jnp.concatenate([s.reasoning, s.busy & s.reasoning])
-    fed_at = s.cache.length
-    token_in = gather(s.seq, fed_at[:, None])
-    logits, _, cache = forward(params, token_in, fed_at[:, None], s.cache, config=config)
-    cache = cache.with_length(jnp.where(active, fed_at + 1, fed_at))
-    produce = active & (fed_at == s.total - 1)
-    token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
-    both = jnp.arange(2 * batch)
-    seq = s.seq.at[both, jnp.where(produce, s.total, capacity)].set(token, mode="drop")
-    total = s.total + produce.astype(jnp.int32)
-    # Main rows: stop, budget, end of reasoning.
-    main = produce[:batch]
-    stop = main & (jnp.isin(token[:batch], stop_tokens)
-                   | (total[:batch] - prompt_lengths >= budget))
-    closed = main & _ends_reasoning(seq[:batch], total[:batch], prompt_lengths, ssr.close_tokens)
-    # Branch rows: append to the current answer; end it at a stop token, A tokens, or the
-    # model's last position.
-    grew = produce[batch:]
-    slot = jnp.where(grew, s.started - 1, budgets.shape[0])
-    at = s.answer_lengths[rows, jnp.minimum(slot, budgets.shape[0] - 1)]
-    answers = s.answers.at[rows, slot, at].set(token[batch:], mode="drop")
-    answer_lengths = s.answer_lengths.at[rows, slot].add(1, mode="drop")
-    finished = grew & (jnp.isin(token[batch:], stop_tokens) | (at + 1 >= ssr.width)
-                       | (total[batch:] >= config.max_position_embeddings))
-    return s.replace(
-        cache=cache, seq=seq, total=total, reasoning=s.reasoning & ~(stop | closed),
-        stopped=s.stopped | stop, busy=s.busy & ~finished, answers=answers,
-        answer_lengths=answer_lengths, forwards=s.forwards + s.reasoning.astype(jnp.int32),
-        branch_tokens=s.branch_tokens + grew.astype(jnp.int32))
-
-  s = jax.lax.while_loop(lambda s: jnp.any(s.reasoning), step, state)
-  return Reasoned(cache=_head(s.cache, batch), seq=s.seq[:batch], total=s.total[:batch],
-                  done=s.stopped,
-                  answers=s.answers, answer_lengths=s.answer_lengths, started=s.started,
-                  forwards=s.forwards, branch_tokens=s.branch_tokens)
-
-
-def ssr_answer(params: dict, reasoned: Reasoned, prompt_lengths: jax.Array,
-               max_new_tokens: jax.Array, stop_tokens: jax.Array, *, config: ModelConfig,
-               ssr: SSR, buffer_len: int, pad_id: int = 0) -> DecodeOutput:
-  """Phase 2: greedy speculative decoding of the answer, drafted by `SuffixCache` over the
-  partial answers; the output covers both phases (generated tokens after the prompt)."""
+def ssr_answer(params: dict, d: Decoding, reasoned: LoopState, *, config: ModelConfig, ssr: SSR,
+               buffer_len: int) -> DecodeOutput:
+  """Phase 2: greedy speculative decoding of the answer (`jaxdec.spec.loop`'s public step, from
+  the reasoning phase's state), drafted by `SuffixCache` over the partial answers; the output
+  covers both phases (generated tokens after the prompt)."""
   batch = reasoned.seq.shape[0]
-  budget = clamp_budget(max_new_tokens, batch, buffer_len)
-  drafter = SuffixCache(reasoned.answers, reasoned.answer_lengths, ssr.max_ngram, ssr.num_tokens,
-                        ssr.lookup)
-  setting = loop._Step(config=config, layers=(), params=params, drafter=drafter, verifier=Greedy(),
-                       sampling=None, key=None, stop_tokens=stop_tokens,
-                       prompt_lengths=prompt_lengths, budget=budget, controls=Controls())
-  reasoning_length = reasoned.total - prompt_lengths
-  state = loop._SpecState(
-      cache=reasoned.cache, draft_state=drafter.init(None, prompt_lengths, 0, None),
-      seq=reasoned.seq, total=reasoned.total,
-      done=reasoned.done | (reasoning_length >= budget), hidden=None,
-      target_forwards=jnp.zeros((batch,), jnp.int32),
-      accepted=jnp.full((batch, buffer_len), -1, jnp.int32), step=jnp.zeros((), jnp.int32),
-      controls=Controls().start(reasoned.seq, prompt_lengths, config.vocab_size), logprobs=None)
-  state = loop._decode(setting, state)
-  out = loop._output(setting, state, buffer_len, pad_id)
+  r: Reasoned = reasoned.method
+  drafter = SuffixCache(r.answers, r.answer_lengths, ssr.max_ngram, ssr.num_tokens, ssr.lookup)
+  c = loop.Speculation.create(params, config, drafter, Greedy())
+  carry = loop.SpecCarry(cache=r.cache, draft_state=drafter.init(None, reasoned.prompt_lengths, 0, None),
+                         hidden=None, accepted=jnp.full((batch, buffer_len), -1, jnp.int32))
+  reason_forwards, reasoning_length = reasoned.forwards, reasoned.generated
+  state = loop.decode(c, d, reasoned.replace(method=carry, steps=jnp.zeros((), jnp.int32)))
+  out = loop.output(c, d, state, buffer_len)
   answer_length = out.lengths - reasoning_length
-  forwards = state.target_forwards
-  stats = {
-      "nfe": reasoned.forwards + forwards, "reason_forwards": reasoned.forwards,
-      "answer_forwards": forwards, "reasoning_length": reasoning_length,
-      "answer_length": answer_length, "accepted": state.accepted,
-      "answer_acceptance_length": answer_length.astype(jnp.float32)
-      / jnp.maximum(forwards, 1).astype(jnp.float32),
-      "partial_answers": reasoned.started, "partial_answer_lengths": reasoned.answer_lengths,
-      "branch_tokens": reasoned.branch_tokens, "steps": state.step,
-  }
+  answer_forwards = state.forwards - reason_forwards
+  stats = DecodeStats.create(
+      state.forwards, state.steps, out.stats["tokens_per_forward"],
+      reason_forwards=reason_forwards, answer_forwards=answer_forwards,
+      reasoning_length=reasoning_length, answer_length=answer_length,
+      accepted=state.method.accepted,
+      answer_acceptance_length=answer_length.astype(jnp.float32)
+      / jnp.maximum(answer_forwards, 1).astype(jnp.float32),
+      partial_answers=r.started, partial_answer_lengths=r.answer_lengths,
+      branch_tokens=r.branch_tokens)
   return out.replace(stats=stats)
 
 
 def ssr_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
                  max_new_tokens: jax.Array, stop_tokens: jax.Array, *, config: ModelConfig,
-                 ssr: SSR, buffer_len: int, pad_id: int = 0) -> DecodeOutput:
+                 ssr: SSR, buffer_len: int, pad_id: int = 0,
+                 controls: Controls = Controls()) -> DecodeOutput:
   """Greedy decoding of a reasoning model with SSR; the output equals `jaxdec.ar.generate`'s
-  greedy output token for token.
+  greedy output with the same controls, token for token.
 
   Args (as `jaxdec.ar.generate`): prompt i32[B, P] right-padded, prompt_lengths i32[B],
     max_new_tokens i32 scalar or [B] (at most buffer_len; reasoning and answer together),
-    stop_tokens i32[E]; ssr: `SSR` settings.
+    stop_tokens i32[E], controls; ssr: `SSR` settings.
 
   Returns DecodeOutput: tokens i32[B, buffer_len], lengths i32[B]; stats: `nfe` (target forwards,
-  prefill included), `reason_forwards`, `answer_forwards`, `reasoning_length` (generated tokens
-  up to and including the close tokens), `answer_length`, `accepted` i32[B, buffer_len] (drafts
-  accepted at each answer step, -1 past the last), `answer_acceptance_length`, `partial_answers`
-  (begun per row), `partial_answer_lengths` i32[B, N], `branch_tokens`, `steps`.
+  prefill included), `tokens_per_forward`, `steps` (answer phase), `reason_forwards`,
+  `answer_forwards`, `reasoning_length` (generated tokens up to and including the close tokens),
+  `answer_length`, `accepted` i32[B, buffer_len] (drafts accepted at each answer step, -1 past
+  the last), `answer_acceptance_length`, `partial_answers` (begun per row),
+  `partial_answer_lengths` i32[B, N], `branch_tokens`.
   """
-  kw = dict(config=config, ssr=ssr, buffer_len=buffer_len, pad_id=pad_id)
-  reasoned = ssr_reason(params, prompt, prompt_lengths, max_new_tokens, stop_tokens, **kw)
-  return ssr_answer(params, reasoned, prompt_lengths, max_new_tokens, stop_tokens, **kw)
+  d = Decoding(sampling=None, key=None, stop_tokens=stop_tokens, controls=controls,
+               pad_id=pad_id)
+  kw = dict(config=config, ssr=ssr, buffer_len=buffer_len)
+  reasoned = ssr_reason(params, d, prompt, prompt_lengths, max_new_tokens, **kw)
+  return ssr_answer(params, d, reasoned, **kw)

@@ -52,6 +52,22 @@ class Verdict:
   next_token: jax.Array
 
 
+@struct.dataclass
+class VerifyInputs:
+  """What a verifier decides from: the draft; the target's logits f32[B, N + 1, V] over [root,
+  drafts] (after the controls' rules); this step's per-row `Topology` (the static tree's,
+  broadcast, or the drafter's own); sampling (None = greedy) and its key; rows i32[B]; base
+  i32[B]: the position of the root (the last committed token), which keys the random draws."""
+
+  draft: Draft
+  logits: jax.Array
+  tree: Topology
+  sampling: Sampling | None
+  key: jax.Array | None
+  rows: jax.Array
+  base: jax.Array
+
+
 class Verifier(Protocol):
   """Decides, from the drafts and the target's logits f32[B, N + 1, V] over [root, drafts], how
   many drafts to accept and the next token."""
@@ -61,10 +77,8 @@ class Verifier(Protocol):
     (None = greedy)."""
 
   @abc.abstractmethod
-  def __call__(self, draft: Draft, logits: jax.Array, tree: Topology, sampling: Sampling | None,
-               key: jax.Array | None, rows: jax.Array, base: jax.Array) -> Verdict:
-    """`tree` holds this step's per-row topology (the static tree's, broadcast, or the drafter's
-    own); `base` i32[B] is the position of the root (the last committed token)."""
+  def __call__(self, inputs: VerifyInputs) -> Verdict:
+    """The verdict on `inputs.draft` (see `VerifyInputs`)."""
 
 
 def _in_range(name: str, value, low: float, high: float) -> None:
@@ -141,8 +155,8 @@ class Greedy:
       raise ValueError("Greedy() verification decodes greedily but sampling settings were given; "
                        "use Exact() (lossless in distribution) or drop sampling=")
 
-  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
-    del sampling, key, rows, base
+  def __call__(self, inputs: VerifyInputs) -> Verdict:
+    draft, logits, tree = inputs.draft, inputs.logits, inputs.tree
     best_tokens = jnp.argmax(logits, -1).astype(jnp.int32)  # [B, N + 1]
     ok = draft.valid & (draft.tokens == _parent_values(best_tokens, tree))
     return _deepest(ok, tree, lambda best: jnp.take_along_axis(best_tokens, best[:, None], 1)[:, 0])
@@ -162,8 +176,10 @@ class Exact:
   def check(self, tree: Tree | DynamicTree, sampling) -> None:
     pass
 
-  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
-    p = target_probs(logits, sampling)  # [B, N + 1, V]
+  def __call__(self, inputs: VerifyInputs) -> Verdict:
+    draft, tree, key, rows, base = (inputs.draft, inputs.tree, inputs.key, inputs.rows,
+                                    inputs.base)
+    p = target_probs(inputs.logits, inputs.sampling)  # [B, N + 1, V]
     if draft.probs is None:
       return _sibling_rule(draft, p, tree, key, rows, base)
     if not tree.is_chain:
@@ -236,7 +252,9 @@ class Truncation:
     _in_range("Truncation.top_k", self.top_k, 0, np.inf)
     _in_range("Truncation.top_p", self.top_p, 1e-30, 1.0)
 
-  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
+  def __call__(self, inputs: VerifyInputs) -> Verdict:
+    draft, logits, tree, key, rows, base = (inputs.draft, inputs.logits, inputs.tree, inputs.key,
+                                            inputs.rows, inputs.base)
     batch, width, vocab = logits.shape
     support = Sampling(temperature=jnp.ones((batch * width,), jnp.float32),
                        top_k=jnp.broadcast_to(self.top_k, (batch * width,)).astype(jnp.int32),
@@ -244,7 +262,7 @@ class Truncation:
     allowed = jnp.isfinite(warp_logits(logits.reshape(-1, vocab), support)).reshape(logits.shape)
     allowed_at_parent = _parent_values(allowed, tree)  # [B, N, V]
     ok = draft.valid & jnp.take_along_axis(allowed_at_parent, draft.tokens[..., None], -1)[..., 0]
-    p = target_probs(logits, sampling)
+    p = target_probs(logits, inputs.sampling)
 
     def next_from(best):
       at = jnp.take_along_axis(p, best[:, None, None], 1)[:, 0]
@@ -271,12 +289,13 @@ class Collaborative:
     _in_range("Collaborative.weight", self.weight, 0.0, 1.0)
     _in_range("Collaborative.max_overshoot", self.max_overshoot, 1.0, np.inf)
 
-  def __call__(self, draft: Draft, logits, tree: Topology, sampling, key, rows, base):
-    p = target_probs(logits, sampling)
+  def __call__(self, inputs: VerifyInputs) -> Verdict:
+    draft = inputs.draft
+    p = target_probs(inputs.logits, inputs.sampling)
     q = draft.probs
     if q is None:
       q = jax.nn.one_hot(draft.tokens, p.shape[-1], dtype=jnp.float32)
     q_full = jnp.concatenate([q, p[:, -1:]], axis=1)  # The bonus position keeps p.
     mixed = jnp.minimum((1.0 - self.weight) * p + self.weight * q_full, self.max_overshoot * p)
     mixed = mixed / jnp.maximum(jnp.sum(mixed, -1, keepdims=True), 1e-30)
-    return _chain_rule(draft, mixed, q, key, rows, base)
+    return _chain_rule(draft, mixed, q, inputs.key, inputs.rows, inputs.base)

@@ -62,7 +62,8 @@ def test_budget_is_respected(model):
   assert out.tokens.shape == (2, 5)
   assert out.lengths.tolist() == [5, 5]
   one = jaxdec.generate(model, _prompts(4, [3]), max_new_tokens=1, stop_tokens=())
-  assert one.lengths.tolist() == [1] and one.stats["steps"] == 1
+  assert one.lengths.tolist() == [1] and one.stats["nfe"].tolist() == [1]
+  assert one.stats["steps"] == 0  # The prefill gave the one token: no loop step ran.
 
 
 def test_no_retrace_when_only_values_change(model):
