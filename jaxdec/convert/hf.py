@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import save_file
 
-from jaxdec.convert.hf_config import SHIFTED_DLLMS, config_to_hf, read_hf_config
+from jaxdec.convert import families
+from jaxdec.convert.hf_config import config_to_hf, read_hf_config
 from jaxdec.convert.hf_weights import iter_checkpoint_tensors, params_from_hf_tensors, params_to_hf_tensors
 from jaxdec.model import Model
 
@@ -35,12 +36,13 @@ def _to_device(params):
 
 
 def _needs_zero_biases(config) -> bool:
-  return not config.qkv_bias and config.architecture in ("qwen2",) + SHIFTED_DLLMS
+  family = families.find(config.architecture)
+  return not config.qkv_bias and family is not None and family.always_qkv_bias
 
 
 def exportable_config(config):
-  """The config `export_hf` writes: Qwen2-based layouts (qwen2, Dream, Fast-dLLM v2) always hold
-  q/k/v biases, so a model without them is exported with zero ones (the same function)."""
+  """The config `export_hf` writes: layouts that always hold q/k/v biases (Qwen2's: qwen2, Dream,
+  Fast-dLLM v2) get a model without them exported with zero ones (the same function)."""
   return dataclasses.replace(config, qkv_bias=True) if _needs_zero_biases(config) else config
 
 

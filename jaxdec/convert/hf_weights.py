@@ -1,9 +1,10 @@
 """Hugging Face checkpoint tensors <-> the jaxdec params pytree.
 
-The key table is generated from the config, one entry per expected HF tensor, so conversion is
-an exact dictionary match: any tensor left over, missing, or of the wrong shape raises a
-ValueError that names it. HF stores linear weights as [out, in]; jaxdec as [in, *out] with head
-axes split out. RoPE uses the same rotate-half layout on both sides, so q/k are not permuted.
+The key table is generated from the config and its family's tensor names (`families`), one
+entry per expected HF tensor, so conversion is an exact dictionary match: any tensor left over,
+missing, or of the wrong shape raises a ValueError that names it. HF stores linear weights as
+[out, in]; jaxdec as [in, *out] with head axes split out. RoPE uses the same rotate-half layout
+on both sides, so q/k are not permuted.
 
 A checkpoint file that cannot be parsed (truncated download, garbage bytes) raises a ValueError
 naming the file; a shard its index lists but the directory lacks raises FileNotFoundError.
@@ -20,6 +21,8 @@ from typing import Iterator, NamedTuple
 import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, needed by safetensors' numpy loader)
 import numpy as np
 
+from jaxdec.convert import families
+from jaxdec.convert.families.base import LLAMA_TENSORS, TensorNames
 from jaxdec.model.config import ModelConfig
 from jaxdec.model.params import flat_specs, unflatten
 
@@ -31,28 +34,10 @@ class Entry(NamedTuple):
   transposed: bool  # A torch Linear weight ([out, in]).
 
 
-# HF tensor names per architecture family: (embed, final norm, head, layer prefix, per-layer names).
-_LLAMA_NAMES = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers", {
-    "attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight",
-    "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
-    "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight",
-    "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
-    "bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
-    "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
-})
-# Gemma's post_attention_layernorm normalises the attention output (Llama's is the MLP's pre-norm).
-_GEMMA_NAMES = _LLAMA_NAMES[:4] + ({
-    **_LLAMA_NAMES[4], "post_attn_norm": "post_attention_layernorm.weight",
-    "mlp_norm": "pre_feedforward_layernorm.weight",
-    "post_mlp_norm": "post_feedforward_layernorm.weight",
-},)
-_LLADA_NAMES = ("model.transformer.wte.weight", "model.transformer.ln_f.weight",
-                "model.transformer.ff_out.weight", "model.transformer.blocks", {
-    "attn_norm": "attn_norm.weight", "mlp_norm": "ff_norm.weight",
-    "wq": "q_proj.weight", "wk": "k_proj.weight", "wv": "v_proj.weight", "wo": "attn_out.weight",
-    "w_gate": "ff_proj.weight", "w_up": "up_proj.weight", "w_down": "ff_out.weight",
-    "bq": "q_proj.bias", "bk": "k_proj.bias", "bv": "v_proj.bias",
-})
+def tensor_names(config: ModelConfig) -> TensorNames:
+  """The tensor names of `config`'s family; Llama's for an architecture no family declares."""
+  family = families.find(config.architecture)
+  return LLAMA_TENSORS if family is None else family.tensors
 
 
 def key_table(config: ModelConfig) -> dict[str, Entry]:
@@ -60,8 +45,7 @@ def key_table(config: ModelConfig) -> dict[str, Entry]:
   c = config
   D, F, hd = c.hidden_size, c.intermediate_size, c.head_dim
   q_out, kv_out = c.num_heads * hd, c.num_kv_heads * hd
-  embed, norm, head, prefix, names = {"llada": _LLADA_NAMES, "gemma2": _GEMMA_NAMES,
-                                       "gemma3_text": _GEMMA_NAMES}.get(c.architecture, _LLAMA_NAMES)
+  embed, norm, head, prefix, names, _ = tensor_names(c)
   table = {embed: Entry("embed", None, (c.vocab_size, D), False),
            norm: Entry("final_norm", None, (D,), False)}
   if not c.tie_word_embeddings:
@@ -180,6 +164,7 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> dict:
   `dtype` (e.g. jnp.bfloat16) casts every tensor; by default the checkpoint's dtype is kept.
   """
   table = key_table(config)
+  names = tensor_names(config)
   shapes = {name: spec.shape for name, spec in flat_specs(config).items()}
   stacked: dict[str, list] = {name: [None] * config.num_layers for name in shapes
                               if name.startswith("layers/")}
@@ -189,7 +174,7 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> dict:
   for name, array in tensors:
     entry = table.get(name)
     if entry is None:
-      if name == "lm_head.weight" and config.tie_word_embeddings and config.architecture != "llada":
+      if name == names.head and config.tie_word_embeddings and names.tied_head_ok:
         tied_head = array  # Some tied checkpoints store the head too; checked against embed below.
         continue
       unexpected.append(name)
@@ -214,7 +199,7 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> dict:
     raise ValueError(f"missing tensors in checkpoint: {missing}")
   if tied_head is not None and not np.array_equal(
       np.asarray(tied_head).astype(flat["embed"].dtype), flat["embed"]):
-    raise ValueError("tie_word_embeddings=True but lm_head.weight differs from model.embed_tokens.weight")
+    raise ValueError(f"tie_word_embeddings=True but {names.head} differs from {names.embed}")
   for name, layers in stacked.items():
     flat[name] = np.stack(layers)
   return unflatten(flat)

@@ -3,6 +3,7 @@
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,7 +13,10 @@ transformers = pytest.importorskip("transformers")
 
 import jaxdec  # noqa: E402
 from hf_models import ARCHS, make_hf_model  # noqa: E402
-from jaxdec.convert import config_from_hf  # noqa: E402
+from jaxdec.convert import config_from_hf, config_to_hf, families  # noqa: E402
+from jaxdec.model import Bidirectional, BlockCausal, RopeScaling, init_params  # noqa: E402
+from jaxdec.model.params import flatten  # noqa: E402
+from tiny import tiny_config  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
@@ -271,3 +275,68 @@ def test_diffusion_exports_need_their_remote_code(arch, overrides, tmp_path):
   with pytest.raises(ValueError, match=f"model type `{arch}`"):
     transformers.AutoModelForCausalLM.from_pretrained(out)
   assert jaxdec.load(out).config == model.config
+
+
+# ---- the family registry -------------------------------------------------------------------------
+
+def _gemma(**changes):
+  return dict(embed_scale=True, norm_unit_offset=True, post_norms=True, activation="gelu_tanh",
+              query_pre_attn_scalar=24, final_logit_softcap=3.0, sliding_window=8,
+              sliding_layers=(True, False), **changes)
+
+
+# A tiny ModelConfig each registered family expresses, with its distinctive features on.
+_TINY = {
+    "llama": dict(tie_word_embeddings=True, eos_token_ids=(1, 2)),
+    "mistral": dict(sliding_window=8),
+    "qwen2": dict(qkv_bias=True),
+    "qwen3": dict(qk_norm=True, bos_token_id=3),
+    "gemma2": _gemma(attn_logit_softcap=2.0),
+    "gemma3_text": _gemma(qk_norm=True, local_rope_theta=100.0,
+                          rope_scaling=RopeScaling("linear", 2.0)),
+    "llada": dict(attention=Bidirectional(), mask_token_id=5),
+    "Dream": dict(attention=Bidirectional(), mask_token_id=5, shifted_logits=True, qkv_bias=True),
+    "Fast_dLLM_Qwen": dict(attention=BlockCausal(8, causal_given=True), mask_token_id=5,
+                           shifted_logits=True, qkv_bias=True),
+    "sdar": dict(attention=BlockCausal(4), mask_token_id=5, qk_norm=True),
+}
+
+
+def test_every_registered_family_has_a_tiny_config():
+  assert sorted(_TINY) == sorted(families.SUPPORTED)
+
+
+@pytest.mark.parametrize("arch", sorted(_TINY))
+def test_every_family_round_trips_its_config(arch):
+  config = tiny_config(architecture=arch, **_TINY[arch])
+  raw = json.loads(json.dumps(config_to_hf(config, "float32")))
+  assert raw["model_type"] == arch == families.get(arch).model_type
+  assert raw["architectures"] == [families.get(arch).class_name]
+  again = config_from_hf(raw)
+  assert again == config
+  assert config_to_hf(again, "float32") == raw
+
+
+@pytest.mark.parametrize("arch", sorted(_TINY))
+def test_every_family_round_trips_its_tensors(arch):
+  from jaxdec.convert.hf_weights import key_table, params_from_hf_tensors, params_to_hf_tensors
+
+  config = tiny_config(architecture=arch, **_TINY[arch])
+  params = jax.tree.map(np.asarray, init_params(config, jax.random.key(0)))
+  tensors = params_to_hf_tensors(params, config)
+  assert set(tensors) == set(key_table(config))
+  assert families.get(arch).tensors.embed in tensors
+  again = params_from_hf_tensors(tensors.items(), config)
+  for name, value in flatten(params).items():
+    np.testing.assert_array_equal(flatten(again)[name], value)
+
+
+def test_unknown_model_types_raise_naming_the_supported_ones():
+  with pytest.raises(ValueError, match="unknown architecture model_type='gpt2'; supported: ") as e:
+    config_from_hf(_raw_config(model_type="gpt2"))
+  assert all(repr(name) in str(e.value) for name in families.SUPPORTED)
+  with pytest.raises(ValueError, match="unknown architecture model_type=None"):
+    config_from_hf({k: v for k, v in _raw_config().items() if k != "model_type"})
+  with pytest.raises(ValueError, match="cannot export architecture 'gpt2'; supported: ") as e:
+    config_to_hf(tiny_config(architecture="gpt2"), "float32")
+  assert all(repr(name) in str(e.value) for name in families.SUPPORTED)
