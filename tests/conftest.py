@@ -30,9 +30,31 @@ from tiny import tiny_model  # noqa: E402
 ONE_BY_ONE = ("tests/test_notebooks.py::test_notebook_runs[",)
 
 
+# The longest units, run first, longest first: the two workers then finish together instead of
+# one waiting out a long unit picked up last. A stable sort moves whole files (and the notebook
+# runs); the rest keep their collection order.
+FIRST = ("tests/regression/", "tests/test_notebooks.py::test_notebook_runs[diffusion_schedulers",
+         "tests/test_notebooks.py::test_notebook_runs[pallas_kernels",
+         "tests/test_notebooks.py::test_notebook_runs[eagle3",
+         "tests/test_notebooks.py::test_notebook_runs[mtp_heads",
+         "tests/test_notebooks.py::test_notebook_runs[kforcing", "tests/zoo/",
+         "tests/test_notebooks.py::test_notebook_runs[")
+
+
+def pytest_collection_modifyitems(config, items):
+  def rank(item):
+    return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
+
+  items.sort(key=rank)
+
+
 def pytest_xdist_make_scheduler(config, log):
-  """`--dist loadfile`, except that each test of `ONE_BY_ONE` is a unit of its own."""
+  """`--dist loadfile`, except that each test of `ONE_BY_ONE` is a unit of its own, handed out in
+  collection order (`FIRST` first) instead of xdist's default, most tests first, which queued the
+  notebook runs (one test each, the longest units) last."""
   from xdist.scheduler import LoadScopeScheduling
+
+  config.option.loadscopereorder = False
 
   class FilesAndNotebooks(LoadScopeScheduling):
     def _split_scope(self, nodeid: str) -> str:

@@ -2,8 +2,10 @@
 not kernel speed): every attention case, the chunk-sparse row, and the decode rows."""
 
 import json
+import math
 
 import jax.numpy as jnp
+import pytest
 
 from jaxdec.bench import kernels
 from tiny import tiny_config
@@ -20,8 +22,12 @@ def test_every_row_is_measured(tmp_path, capsys):
   assert ("chunk-sparse top 4 of 4 x 32 vs dense", 128) in cases
   assert not any(case.startswith("chunk-sparse") and n == 64 for case, n in cases)
   assert ("decode, batch 2, pallas", 12) in cases and ("decode, batch 2, xla", 12) in cases
-  for row in record["rows"]:
-    assert row.get("kernel speedup", 1.0) > 0 and row.get("tokens/s", 1.0) > 0
+  for row in record["rows"]:  # Each row's figures are measured and its ratio is XLA over kernel.
+    if "kernel speedup" in row:
+      assert 0 < row["xla ms"] < math.inf and 0 < row["kernel ms"] < math.inf, row
+      assert row["kernel speedup"] == pytest.approx(row["xla ms"] / row["kernel ms"]), row
+    else:  # A decode row.
+      assert 0 < row["tokens/s"] < math.inf, row
   assert json.loads(out.read_text())["suite"] == "kernels"
   assert "interpret mode: not a speed measurement" in capsys.readouterr().out
 

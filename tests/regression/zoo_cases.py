@@ -3,9 +3,10 @@
 `zoo_outputs.npz` was written by `python tests/regression/zoo_cases.py --write` at commit
 f36389d (the last commit before the redesign), on the shipped pycode-ar / pycode-draft /
 pycode-dlm. The diffusion cases were re-recorded when pycode-dlm's weights changed (its
-long-context stage), with code that reproduced the earlier recording on the earlier weights. `test_regression.py` reruns every case with today's code and asserts the same
-tokens, lengths and forward counts. The case functions are written in today's public API; what
-they compute must not change.
+long-context stage), with code that reproduced the earlier recording on the earlier weights.
+`test_regression.py` reruns the cases with today's code and asserts the same tokens, lengths and
+forward counts: the `CI` cases in the default run, the others under `-m slow`. The case functions
+are written in today's public API; what they compute must not change.
 """
 
 from __future__ import annotations
@@ -18,6 +19,22 @@ import numpy as np
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo_outputs.npz")
 NEW_TOKENS, GEN, BLOCK = 24, 64, 32
+
+# The default run's cases: one per code path that nothing else pins bit for bit on the zoo. The
+# caches (prefix, dual) have no numpy reference, so each cache kind runs with the baseline rule
+# and with parallel rules; each scheduler runs at least once; each drafter kind once (adapld with
+# sampled tree verification); each verifier once. The other cases (the rest of the
+# scheduler x cache grid, prompt lookup / adapld repeats, half steps, random remasking, CFG, the
+# EOS flags, threshold sampling) are covered by the numpy-reference tests
+# (tests/diffusion/test_diffusion_reference.py, test_diffusion_zoo.py) and the spec tests; they
+# run under `-m slow`.
+CI = ("ar greedy", "ar sampled",
+      "spec draft model greedy", "spec draft model exact", "spec prompt lookup greedy",
+      "spec adapld exact", "spec draft model truncation", "spec draft model collaborative",
+      "diffusion llada none", "diffusion llada prefix", "diffusion llada dual",
+      "diffusion threshold prefix", "diffusion threshold dual", "diffusion factor none",
+      "diffusion frechet dual", "diffusion dream entropy prefix", "diffusion dream margin dual",
+      "diffusion dream maskgit sampled")
 
 
 def _setup():
@@ -127,15 +144,19 @@ def load(path: str) -> dict[str, dict[str, np.ndarray]]:
 
 
 def main() -> None:
-  """--write: record the fixture; --out PATH: run every case and save the outputs to PATH."""
+  """--write: record the fixture; --out PATH [NAME ...]: run the named cases (default: every
+  case) and save the outputs to PATH."""
   args = sys.argv[1:]
   if args == ["--write"]:
     save(run(), FIXTURE)
     print(f"wrote {len(cases())} cases to {FIXTURE}")
-  elif len(args) == 2 and args[0] == "--out":
-    save(run(), args[1])
+  elif len(args) >= 2 and args[0] == "--out":
+    unknown = set(args[2:]) - set(cases())
+    if unknown:
+      raise SystemExit(f"unknown cases: {sorted(unknown)}")
+    save(run(args[2:] or None), args[1])
   else:
-    raise SystemExit("usage: python tests/regression/zoo_cases.py --write | --out PATH")
+    raise SystemExit("usage: python tests/regression/zoo_cases.py --write | --out PATH [NAME ...]")
 
 
 if __name__ == "__main__":

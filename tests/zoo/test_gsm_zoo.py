@@ -63,7 +63,10 @@ def test_gsm_ar_solves_test_problems(ar_result):
 
 @needs("gsm-dlm")
 @pytest.mark.parametrize("name, scheduler", [
-    ("gsm-dlm LLaDA + dual", diffusion.FixedSteps()),
+    # One token per forward over 16 problems: the longest check here. The threshold row checks
+    # the same weights and cache in CI; the sampler's rule itself is checked against LLaDA's
+    # reference (tests/diffusion/test_diffusion_zoo.py, test_diffusion_reference.py).
+    pytest.param("gsm-dlm LLaDA + dual", diffusion.FixedSteps(), marks=pytest.mark.slow),
     ("gsm-dlm threshold 0.9 + dual", diffusion.Threshold(0.9))])
 def test_gsm_dlm_solves_test_problems(tokenizer, problems, name, scheduler):
   """The dual cache is exact for gsm-dlm's block-causal attention, so the LLaDA row is LLaDA's
@@ -174,17 +177,31 @@ def test_bench_kforcing_rows_and_quality(tmp_path):
   assert by[1, AR]["teacher bits/byte of greedy"] < by[1, methods[2]]["teacher bits/byte of greedy"]
 
 
-def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
-  from jaxdec import demo
-
-  rows = demo.gsm_section(0)
-  models = [r["method"].split("(")[-1].rstrip(")") for r in rows]
+def _demo_models() -> list[str]:
+  """The models of the demo's gsm-synth rows, in order, given what is installed."""
   expected = [m for m in ("gsm-ar", "gsm-ar", "gsm-draft", "gsm-mtp", "gsm-kforcing",
                           "gsm-kforcing", "gsm-eagle3", "gsm-dlm", "gsm-dlm", "gsm-dlm")
               if m in INSTALLED]
   if {"gsm-dlm", "gsm-dlm-draft"} <= INSTALLED:
     expected.append("gsm-dlm + gsm-dlm-draft")  # SimSD.
-  assert models == expected
+  return expected
+
+
+def test_demo_gsm_section_has_a_method_for_each_installed_model():
+  """The section's methods, built (models and drafters loaded) without decoding: the decoders
+  themselves are checked on these models by the tests above (and SSR on gsm-ar by
+  tests/spec/test_ssr.py); the section's full run is the slow test below."""
+  from jaxdec import demo
+
+  assert [name.split("(")[-1].rstrip(")") for name in demo._gsm_methods()] == _demo_models()
+
+
+@pytest.mark.slow
+def test_demo_gsm_section_solves_a_problem_with_each_installed_model(capsys):
+  from jaxdec import demo
+
+  rows = demo.gsm_section(0)
+  assert [r["method"].split("(")[-1].rstrip(")") for r in rows] == _demo_models()
   answer = gsm_synth.problems("test", 1, 0)[0].answer
   assert all(r["correct"] == (r["answer"] == answer) for r in rows)
   # SSR drafts the answer phase only (about a tenth of the tokens): more than one token per
