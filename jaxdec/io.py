@@ -1,13 +1,12 @@
-"""Loading and saving models: zoo names, Hugging Face directories, orbax directories.
+"""Loading and saving models and drafters: zoo names, Hugging Face directories, orbax directories.
 
-Below the decoding loops in the import order, so drafters and training can load by name without
-importing the jitted API.
+The one place that turns a path into a model: above the decoding methods and `convert` in the
+import order (docs/architecture.md), beside the jitted API. Drafters receive models, never paths.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import jax
@@ -16,6 +15,8 @@ import jax.numpy as jnp
 from jaxdec import sharding, zoo
 from jaxdec.convert import export_hf as _export_hf
 from jaxdec.convert import is_orbax_dir, load_hf, load_orbax, save_orbax
+from jaxdec.convert.drafters import read_drafter
+from jaxdec.convert.drafters.kforcing import read_push_forward
 from jaxdec.model import Model
 from jaxdec.tokenizer import Tokenizer, load_tokenizer_dir
 
@@ -60,7 +61,8 @@ def with_attention(model: Model, backend: str) -> Model:
 
 
 def as_model(model, what: str = "model") -> Model:
-  """A Model, or a path / 'zoo:NAME' loaded as one; anything else is a TypeError naming `what`."""
+  """A Model, or a path / 'zoo:NAME' loaded as one (callers of io may pass either); anything else
+  is a TypeError naming `what`."""
   if isinstance(model, Model):
     return model
   if isinstance(model, (str, os.PathLike)):
@@ -71,8 +73,10 @@ def as_model(model, what: str = "model") -> Model:
 
 def load_drafter(path: str, choices=None, tree_size: int | None = None,
                  entropy_switching: bool = False, target=None):
-  """A trained drafter from 'zoo:NAME' or a directory, ready for `speculative_generate`: Medusa
-  heads (the published layout; a directory jaxdec saved also holds its best tree, else the
+  """A trained drafter from 'zoo:NAME' or a directory, ready for `speculative_generate`, read by
+  the format that recognises the directory (`jaxdec.convert.drafters`, one module each):
+
+  Medusa heads (the published layout; a directory jaxdec saved also holds its best tree, else the
   heads draft a chain). `choices` picks another tree for the same heads (`Heads.with_choices`);
   `tree_size` builds the best tree of that many nodes from the per-rank accuracies jaxdec saved
   with the heads (`spec.heads.sparse_tree`). `entropy_switching` returns EntMTP
@@ -84,71 +88,18 @@ def load_drafter(path: str, choices=None, tree_size: int | None = None,
   names), which gives the embedding and, when the directory has none, the LM head. It grows the
   dynamic tree saved with it (published ones: `Eagle3`'s default); pick another with
   `drafter.with_tree(top_k=, depth=, size=)` (top_k=1: a chain). The Medusa options do not
-  apply to it."""
-  from jaxdec.convert.eagle3 import is_eagle3_dir, read_eagle3
-  from jaxdec.convert.medusa import is_medusa_dir, read_medusa
-  from jaxdec.spec.entmtp import EntropyTrees
-  from jaxdec.spec.heads import Heads, sparse_tree
-  from jaxdec.spec.kforcing import CONFIG_FILE, KForcing
+  apply to it.
 
-  directory = resolve(path)
-  if not os.path.isdir(directory):
-    raise FileNotFoundError(f"drafter directory not found: {directory}")
-  if os.path.exists(os.path.join(directory, CONFIG_FILE)):
-    if choices is not None or tree_size is not None or entropy_switching:
-      raise ValueError(f"{directory} holds a K-Forcing student, which drafts a chain: choices, "
-                       f"tree_size and entropy_switching are for Medusa heads")
-    return KForcing(load_push_forward(directory))
-  if is_eagle3_dir(directory):
-    if choices is not None or tree_size is not None or entropy_switching:
-      raise ValueError(f"{directory} holds an EAGLE-3 drafter, which grows its own dynamic tree: "
-                       f"choices, tree_size and entropy_switching are for Medusa heads; use "
-                       f"drafter.with_tree(top_k=, depth=, size=)")
-    return read_eagle3(directory, None if target is None else as_model(target, "target"))
-  if not is_medusa_dir(directory):
-    raise ValueError(f"{directory} is not a drafter directory jaxdec reads (config.json with "
-                     f"medusa_num_heads, an EAGLE-3 config.json (architectures "
-                     f"LlamaForCausalLMEagle3, or draft_vocab_size), or {CONFIG_FILE})")
-  params, config = read_medusa(directory)
-  heads = Heads(jax.tree.map(jnp.asarray, params))
-  saved = (config.get("jaxdec") or {}).get("choices")
-  if entropy_switching:
-    profile = (config.get("jaxdec") or {}).get("entropy")
-    if profile is None or choices is not None:
-      raise ValueError(f"entropy switching builds its trees from the entropy profile jaxdec "
-                       f"exports with heads; {directory} has none" if profile is None else
-                       "give choices or entropy_switching, not both")
-    size = tree_size or len(saved)
-    return EntropyTrees(heads.params, tuple(sparse_tree(a, size) for a in profile["accuracy"]),
-                        tuple(profile["thresholds"]), decay=profile["decay"])
-  if tree_size is not None:
-    if choices is not None:
-      raise ValueError("give choices or tree_size, not both")
-    accuracy = (config.get("jaxdec") or {}).get("accuracy")
-    if accuracy is None:
-      raise ValueError(f"{directory} holds no per-rank head accuracies to build a tree from "
-                       f"(only directories jaxdec exported do); pass choices instead")
-    choices = sparse_tree(accuracy, tree_size)
-  if choices is None and saved is not None:
-    choices = tuple(tuple(p) for p in saved)
-  return heads if choices is None else heads.with_choices(choices)
+  A K-Forcing student (`load_push_forward`) loads as `spec.KForcing`, drafting a chain."""
+  target = None if target is None else as_model(target, "target")
+  return read_drafter(resolve(path), load=load, target=target, choices=choices,
+                      tree_size=tree_size, entropy_switching=entropy_switching)
 
 
 def load_push_forward(path: str):
   """A K-Forcing student (`spec.kforcing.PushForward`) from 'zoo:NAME' or a directory
   `train.kforcing.PushForwardStudent.export` wrote: an HF model plus its noise embedding."""
-  from safetensors.numpy import load_file
-
-  from jaxdec.spec.kforcing import CONFIG_FILE, NOISE_FILE, PushForward
-
-  directory = resolve(path)
-  if not os.path.exists(os.path.join(directory, CONFIG_FILE)):
-    raise FileNotFoundError(f"{directory} holds no K-Forcing student ({CONFIG_FILE} is missing)")
-  with open(os.path.join(directory, CONFIG_FILE)) as f:
-    config = json.load(f)
-  noise = {k: jnp.asarray(v) for k, v in load_file(os.path.join(directory, NOISE_FILE)).items()}
-  return PushForward(load(directory, dtype=jnp.float32), noise, num_tokens=config["num_tokens"],
-                     temperature=config["temperature"])
+  return read_push_forward(resolve(path), load)
 
 
 def load_tokenizer(path: str) -> Tokenizer:

@@ -50,6 +50,7 @@ from safetensors.numpy import load_file, save_file
 from jaxdec.convert.hf_config import _rope
 from jaxdec.model import Model, ModelConfig
 from jaxdec.model.config import RopeScaling
+from jaxdec.spec.eagle import Eagle3, default_layers, draft_config, target_head
 
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # SGLang's, vLLM's names.
 REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -106,11 +107,9 @@ def _to_file(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _draft_layer_config(raw: dict, target: Model | None, tensors: dict) -> ModelConfig:
-  """The draft layer's ModelConfig: the target's with one layer (`train.eagle.draft_config`,
+  """The draft layer's ModelConfig: the target's with one layer (`spec.eagle.draft_config`,
   which keeps what a Llama config cannot say, e.g. Gemma's norms) with config.json's sizes, norm
   eps and RoPE; without a target, config.json alone. Biases / q-k norms when the file has them."""
-  from jaxdec.train.eagle import draft_config
-
   heads = int(raw["num_attention_heads"])
   act = raw.get("hidden_act", "silu")
   if act not in _ACTIVATIONS:
@@ -136,26 +135,27 @@ def _draft_layer_config(raw: dict, target: Model | None, tensors: dict) -> Model
   return dataclasses.replace(draft_config(base), **fields)
 
 
-def _target_from(raw: dict, directory: str) -> Model:
-  """The base model config.json names, when jaxdec can load it ('zoo:NAME' or a directory)."""
-  from jaxdec.io import load, resolve
-
+def _target_from(raw: dict, directory: str, load) -> Model:
+  """The base model config.json names, loaded by `load` when it is a 'zoo:NAME' or a directory
+  (conversion reads files; loading models is `jaxdec.io`'s, which passes its `load`)."""
   name = raw.get("base_model_name_or_path")
-  if isinstance(name, str) and (name.startswith("zoo:") or os.path.isdir(resolve(name))):
+  loadable = isinstance(name, str) and (name.startswith("zoo:") or os.path.isdir(name))
+  if load is not None and loadable:
     return load(name)
+  why = ("is not a 'zoo:NAME' or directory jaxdec loads" if not loadable else
+         "is not loaded here without load= (jaxdec.load_drafter passes jaxdec.load)")
   raise ValueError(f"{directory}: the EAGLE-3 drafter needs its target model (for the embedding, "
-                   f"the LM head or the fused layers) and its base_model_name_or_path {name!r} is "
-                   f"not a 'zoo:NAME' or directory jaxdec loads: pass target=")
+                   f"the LM head or the fused layers) and its base_model_name_or_path {name!r} "
+                   f"{why}: pass target=")
 
 
-def read_eagle3(directory: str, target: Model | None = None, dtype=None):
+def read_eagle3(directory: str, target: Model | None = None, dtype=None, *, load=None):
   """An `Eagle3` drafter from a directory in EAGLE-3's layout. `target` (a jaxdec Model) gives
   the embedding and, when the file has none, the LM head and the default fused layers; without
-  it config.json's `base_model_name_or_path` is loaded. `dtype`: the drafter's weights (default:
-  the target's embedding dtype, float32 without a target). Every tensor must be consumed and
-  every shape fit, or ValueError names it."""
-  from jaxdec.spec.eagle import Eagle3, default_layers
-
+  it config.json's `base_model_name_or_path` is loaded with `load` (path -> Model:
+  `jaxdec.load_drafter` passes `jaxdec.load`). `dtype`: the drafter's weights (default: the
+  target's embedding dtype, float32 without a target). Every tensor must be consumed and every
+  shape fit, or ValueError names it."""
   raw, tensors = _read_files(directory)
   ours = raw.get("jaxdec") or {}
   reuse = ours.get("reuse", "hidden")
@@ -166,7 +166,7 @@ def read_eagle3(directory: str, target: Model | None = None, dtype=None):
   needs_target = ("embed_tokens.weight" not in tensors or "lm_head.weight" not in tensors
                   or layers is None)
   if target is None and needs_target:
-    target = _target_from(raw, directory)
+    target = _target_from(raw, directory, load)
   if target is not None and not isinstance(target, Model):
     raise TypeError(f"target must be a jaxdec Model, got {type(target).__name__}")
   if layers is None:
@@ -236,8 +236,6 @@ def _param(x: np.ndarray, dtype) -> jax.Array:
 def _embed_and_head(tensors, take, dtype, target, config, draft_ids, directory):
   """The file's embedding and LM head, each falling back to the target's (the head restricted
   to the draft vocabulary)."""
-  from jaxdec.train.eagle import target_head
-
   D, V = config.hidden_size, config.vocab_size
   vocab = V if draft_ids is None else len(draft_ids)
   if "embed_tokens.weight" in tensors:

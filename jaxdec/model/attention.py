@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxdec.model.masks import Bidirectional, Causal, MaskSpec
+from pallas_kernels import shipped
+from pallas_kernels.masked_attention import masked_attention
 
 BACKENDS = ("xla", "pallas")
 
@@ -37,9 +39,6 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, *, mask: MaskSpec,
   if backend not in BACKENDS:
     raise ValueError(f"unknown attention backend {backend!r}; available: {BACKENDS}")
   if backend == "pallas":
-    from pallas_kernels import shipped
-    from pallas_kernels.masked_attention import masked_attention
-
     op = shipped.op_for_platform()
     if op is not None and _plain(mask) and shipped.fits(op, softcap, q.shape[1]):
       return shipped.shipped_attention(q, k, v, mask.kv_length,

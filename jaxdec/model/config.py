@@ -7,6 +7,7 @@ import math
 
 from jaxdec.model.attention import BACKENDS
 from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, pattern_from_dict, pattern_to_dict
+from jaxdec.model.params import param_shapes
 
 ROPE_KINDS = ("linear", "llama3")
 ACTIVATIONS = ("silu", "gelu_tanh")  # Of the gated MLP: SwiGLU (Llama), GeGLU (Gemma).
@@ -162,8 +163,6 @@ class ModelConfig:
 
   @property
   def num_params(self) -> int:
-    from jaxdec.model.params import param_shapes  # Local import: params imports config.
-
     return sum(math.prod(shape) for shape in param_shapes(self).values())
 
   def to_dict(self) -> dict:

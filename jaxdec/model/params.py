@@ -5,6 +5,9 @@ the decoder runs them with `lax.scan`. Projections are stored for `x @ W` with e
 axes (`wq: [L, D, H, hd]`), which keeps attention einsums readable and lets tensor parallelism
 shard the `heads` / `mlp` axes directly. Conversion, initialisation and sharding all read the
 same table, `param_specs`.
+
+`config` is a `ModelConfig`, read by field name: this module imports nothing of jaxdec, so that
+`ModelConfig.num_params` can count its parameters from this table without an import cycle.
 """
 
 from __future__ import annotations
@@ -16,15 +19,13 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from jaxdec.model.config import ModelConfig
-
 
 class ParamSpec(NamedTuple):
   shape: tuple[int, ...]
   axes: tuple[str, ...]  # Logical axis names, mapped to mesh axes by `jaxdec.sharding`.
 
 
-def param_specs(config: ModelConfig) -> dict:
+def param_specs(config) -> dict:
   """Nested dict mirroring the params pytree, with a `ParamSpec` at every leaf."""
   c = config
   L, D, H, K, hd, F, V = (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
@@ -60,13 +61,13 @@ def param_specs(config: ModelConfig) -> dict:
   return specs
 
 
-def flat_specs(config: ModelConfig) -> dict[str, ParamSpec]:
+def flat_specs(config) -> dict[str, ParamSpec]:
   """`param_specs` flattened to {"layers/wq": ParamSpec, ...}."""
   return traverse_util.flatten_dict(param_specs(config), sep="/",
                                     is_leaf=lambda _, x: isinstance(x, ParamSpec))
 
 
-def param_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+def param_shapes(config) -> dict[str, tuple[int, ...]]:
   return {name: spec.shape for name, spec in flat_specs(config).items()}
 
 
@@ -78,7 +79,7 @@ def flatten(params: dict) -> dict[str, jax.Array]:
   return traverse_util.flatten_dict(params, sep="/")
 
 
-def init_params(config: ModelConfig, key: jax.Array, dtype=jnp.float32, std: float = 0.02) -> dict:
+def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) -> dict:
   """Random initialisation: N(0, std) matrices (output projections scaled by 1/sqrt(2L), as in
   GPT-2), norms that scale by 1 (zero weights where the norm adds 1, as Gemma's), zero biases."""
   flat = {}
@@ -96,7 +97,7 @@ def init_params(config: ModelConfig, key: jax.Array, dtype=jnp.float32, std: flo
   return unflatten(flat)
 
 
-def check_params(params: dict, config: ModelConfig) -> None:
+def check_params(params: dict, config) -> None:
   """Raise ValueError naming any missing, unexpected or mis-shaped leaf."""
   expected = param_shapes(config)
   got = {name: tuple(x.shape) for name, x in flatten(params).items()}

@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxdec.decoding import prefill
-from jaxdec.io import as_model
 from jaxdec.model import KVCache, Model, ModelConfig, forward
+from jaxdec.plugins import Param, Source, register_cli
 from jaxdec.sampling import sample_tokens
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import DRAFT_TAG, Draft, target_probs
 
 
+def require_model(what: str, model) -> None:
+  """A drafter's model must be a loaded Model: a path is a TypeError naming `what` and the fix
+  (drafters sit below `jaxdec.io` and never read disks)."""
+  if isinstance(model, Model):
+    return
+  hint = (f"; load it first: jaxdec.load({model!r})" if isinstance(model, (str, os.PathLike))
+          else "")
+  raise TypeError(f"{what} must be a jaxdec Model (from jaxdec.load), got "
+                  f"{type(model).__name__}{hint}")
+
+
+@register_cli("drafter", "draft", order=30, help="a small AR model with the target's tokenizer",
+              params=(Param("num_tokens", int, "draft tokens a step"),),
+              source=Source("MODEL", "model", "the draft model", "zoo:pycode-draft"))
 @struct.dataclass
 class DraftModel(Drafter):
   """A smaller AR model with the target's vocabulary drafts `num_tokens` tokens autoregressively
   (sampled with the target's sampling settings, so `Exact` verification is lossless). `model` is
-  a Model or anything `jaxdec.load` reads ('zoo:pycode-draft', a directory).
+  a Model: `DraftModel(jaxdec.load("zoo:pycode-draft"))` (drafters never read disks).
 
   Its KV cache is resynchronised each step by re-feeding the last two committed tokens at
   length total - 2: whatever was accepted, rejected or never fed, the cache then holds exactly
@@ -30,7 +46,7 @@ class DraftModel(Drafter):
   num_tokens: int = struct.field(pytree_node=False, default=4)
 
   def __post_init__(self):
-    object.__setattr__(self, "model", as_model(self.model, "DraftModel.model"))
+    require_model("DraftModel.model", self.model)
     check_positive("num_tokens", self.num_tokens)
 
   @property

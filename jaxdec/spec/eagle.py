@@ -26,14 +26,17 @@ logits (deterministic), so `Exact` verification is lossless on every tree.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdec.model import KVCache, MaskSpec, ModelConfig, project_qkv
+from jaxdec.model import KVCache, MaskSpec, Model, ModelConfig, project_qkv
 from jaxdec.model.kv_cache import write_layer, write_slots
 from jaxdec.model.layers import gated_mlp, rms_norm, rope_cos_sin
+from jaxdec.plugins import Source, register_cli
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.heads import check_choices, choices_tree
 from jaxdec.spec.tree import DynamicTree, Tree
@@ -49,6 +52,18 @@ def default_layers(num_layers: int) -> tuple[int, ...]:
   if len(set(eagle)) == 3 and min(eagle) >= 1:
     return eagle
   return tuple(sorted({min(1, num_layers - 1), num_layers // 2, num_layers - 1}))
+
+
+def draft_config(target: ModelConfig) -> ModelConfig:
+  """The draft layer's config: the target's, with one layer and every layer alike. Here, not in
+  training, because reading a saved drafter (`convert.eagle3`) needs it too."""
+  return dataclasses.replace(target, num_layers=1, sliding_layers=None, local_rope_theta=None)
+
+
+def target_head(target: Model) -> jax.Array:
+  """The target's LM head f[D, V] (its embedding, transposed, when tied)."""
+  p = target.params
+  return p["embed"].T if target.config.tie_word_embeddings else p["lm_head"]
 
 
 def _norm(x, weight, config: ModelConfig):
@@ -159,6 +174,9 @@ def rerank(g: Growth, size: int) -> tuple[jax.Array, jax.Array]:
   return chosen, nodes
 
 
+@register_cli("drafter", "eagle", order=70, help="an EAGLE-3 feature drafter growing dynamic trees",
+              source=Source("DRAFTER", "drafter", "the drafter's directory", "zoo:pycode-eagle3",
+                            noun="an EAGLE-3 drafter"))
 @struct.dataclass
 class Eagle3(Drafter):
   """An EAGLE-3 drafter: `params` {fc f[n D, D] (absent for reuse "kv"), layer {input_norm,

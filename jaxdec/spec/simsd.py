@@ -41,9 +41,10 @@ import numpy as np
 from flax import struct
 
 from jaxdec.decoding import prefill
-from jaxdec.io import as_model
 from jaxdec.model import KVCache, Model, ModelConfig, forward
+from jaxdec.plugins import Param, Source, register_cli
 from jaxdec.sampling import sample_tokens
+from jaxdec.spec.draft_model import require_model
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import DRAFT_TAG, Draft, target_probs
@@ -57,10 +58,15 @@ class SimSDState:
   fed: jax.Array  # i32[B]
 
 
+@register_cli("drafter", "simsd", order=40,
+              help="a block-diffusion draft denoising each block, SimSD, for a "
+                   "block-diffusion target such as zoo:gsm-dlm",
+              params=(Param("num_tokens", int, "draft tokens a step"),),
+              source=Source("MODEL", "model", "the block-diffusion draft", "zoo:gsm-dlm-draft"))
 @struct.dataclass
 class SimSD(Drafter):
   """A block-diffusion draft model denoises `num_tokens` masks per step (module docstring).
-  `model` is a Model or anything `jaxdec.load` reads ('zoo:gsm-dlm-draft', a directory);
+  `model` is a Model (`SimSD(jaxdec.load("zoo:gsm-dlm-draft"))`: drafters never read disks);
   `threshold` is traced (a sweep does not recompile)."""
 
   model: Model
@@ -70,7 +76,7 @@ class SimSD(Drafter):
   order: str = struct.field(pytree_node=False, default="left_to_right")
 
   def __post_init__(self):
-    object.__setattr__(self, "model", as_model(self.model, "SimSD.model"))
+    require_model("SimSD.model", self.model)
     check_positive("SimSD.num_tokens", self.num_tokens)
     if self.max_steps is not None:
       check_positive("SimSD.max_steps", self.max_steps)

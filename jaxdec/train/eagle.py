@@ -26,8 +26,6 @@ exported, but decoding does not read it (the abstract leaves inference unchanged
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -35,22 +33,12 @@ import numpy as np
 import optax
 from flax import struct
 
+from jaxdec.convert.eagle3 import write_eagle3
 from jaxdec.decoding import positions
 from jaxdec.model import Model, ModelConfig, forward, project_qkv
 from jaxdec.model.layers import rms_norm, rope_cos_sin
-from jaxdec.spec.eagle import (REUSE, Eagle3, attend, default_layers, draft_logp, fuse, pair_output,
-                               pair_qkv)
-
-
-def draft_config(target: ModelConfig) -> ModelConfig:
-  """The draft layer's config: the target's, with one layer and every layer alike."""
-  return dataclasses.replace(target, num_layers=1, sliding_layers=None, local_rope_theta=None)
-
-
-def target_head(target: Model) -> jax.Array:
-  """The target's LM head f[D, V]."""
-  p = target.params
-  return p["embed"].T if target.config.tie_word_embeddings else p["lm_head"]
+from jaxdec.spec.eagle import (REUSE, Eagle3, attend, default_layers, draft_config, draft_logp,
+                               fuse, pair_output, pair_qkv, target_head)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +126,6 @@ class Eagle3Drafter:
     del tokenizer
     evals = chain_acceptance(params, self, target, windows)
     if out_dir:
-      from jaxdec.convert.eagle3 import write_eagle3
-
       write_eagle3(self.to_drafter(params, target), out_dir, dtype=dtype,
                    extra=dict(extra or {}, evaluation=evals), lm_head=False)
     return evals

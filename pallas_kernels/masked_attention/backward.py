@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from pallas_kernels.masked_attention.kernel import Static, scores
+from pallas_kernels.masked_attention.tile import Static, scores
 
 
 def backward(static: Static, q, k, v, meta, out, lse, d_out):

@@ -31,7 +31,6 @@ callers ignore those rows either way.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -43,6 +42,8 @@ from pallas_kernels.common import (default_interpret, default_variant, fold_rows
                                    online_softmax_step, out_and_lse_shapes, pad_to, scratch_read,
                                    scratch_reset, scratch_write, softmax_finish, softmax_start,
                                    tpu_row_tiles_params, tpu_softmax_scratch, unfold_rows)
+from pallas_kernels.masked_attention.backward import backward
+from pallas_kernels.masked_attention.tile import Static, scores
 from pallas_kernels.masked_attention.tuned_block_sizes import BlockSizes, tuned_block_sizes
 
 VARIANTS = ("tpu", "gpu")
@@ -91,25 +92,6 @@ def masked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask, *, scale: f
   return unfold_rows(out, steps, heads)
 
 
-@dataclasses.dataclass(frozen=True)
-class Static:
-  """What a compiled kernel is specialised on (hashable: custom_vjp's non-differentiable part)."""
-
-  bq: int
-  bk: int
-  pattern: object
-  scale: float
-  softcap: float | None
-  hidden: bool
-  segments: bool
-  variant: str
-  interpret: bool
-
-  def tile_args(self) -> dict:
-    return dict(pattern=self.pattern, scale=self.scale, softcap=self.softcap, hidden=self.hidden,
-                segments=self.segments)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def flash(static: Static, q, k, v, meta):
   """q[B, K, R, hd] (rows padded to bq), k/v[B, S, K, hd] (slots padded to bk), meta = (query
@@ -130,8 +112,6 @@ def _flash_fwd(static, q, k, v, meta):
 
 
 def _flash_bwd(static, residuals, d_out):
-  from pallas_kernels.masked_attention.backward import backward
-
   q, k, v, meta, out, lse = residuals
   dq, dk, dv = backward(static, q, k, v, meta, out, lse, d_out)
   return dq, dk, dv, jax.tree.map(lambda _: None, meta)
@@ -198,35 +178,6 @@ def _skip_table(qmeta, kmeta, rows: int, mask, bq: int, bk: int, window, has_tre
   skip = ~(seen & any_live[:, None, :])
   live_blocks = jnp.max(jnp.where(any_live, jnp.arange(any_live.shape[1]) + 1, 0), axis=-1)
   return skip.astype(jnp.int32), live_blocks.astype(jnp.int32)
-
-
-def _visible(qmeta, kmeta, tree, window, pattern, hidden: bool, segments: bool):
-  """bool[bq, bk] for one tile: `MaskSpec.dense`, from the metadata."""
-  q_pos, k_pos = qmeta[:, 0:1], kmeta[0:1, :]
-  visible = pattern.visible(q_pos, k_pos)
-  if tree is not None:
-    column = kmeta[2:3, :]
-    ids = jax.lax.broadcasted_iota(jnp.int32, (tree.shape[1], column.shape[1]), 0)
-    one_hot = (ids == column).astype(jnp.float32)
-    from_tree = jnp.dot(tree, one_hot, preferred_element_type=jnp.float32) > 0.5
-    visible = jnp.where(column >= 0, from_tree, visible)
-  if hidden:
-    given_query, hidden_key = qmeta[:, 1:2] > 0, kmeta[3:4, :] > 0
-    visible &= (~hidden_key | (q_pos == k_pos)) & (~given_query | (k_pos <= q_pos))
-  if segments:
-    k_seg = kmeta[4:5, :]
-    visible &= (k_seg == qmeta[:, 2:3]) | (k_seg == qmeta[:, 3:4])
-  return visible & (kmeta[1:2, :] > 0) & ((q_pos - k_pos) < window)
-
-
-def scores(q, k, qmeta, kmeta, tree, window, *, pattern, scale, softcap, hidden, segments):
-  """(masked scores f32[bq, bk] (-inf where hidden), the soft-capped scores before masking)."""
-  s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-  s = s * scale
-  if softcap is not None:
-    s = jnp.tanh(s / softcap) * softcap
-  return jnp.where(_visible(qmeta, kmeta, tree, window, pattern, hidden, segments), s,
-                   -jnp.inf), s
 
 
 def _tile(q, k, v, qmeta, kmeta, tree, window, carry, **tile_args):

@@ -143,7 +143,7 @@ def test_the_base_model_in_config_json_stands_in_for_the_target(target, tmp_path
   del tensors["lm_head.weight"]
   directory = _save(tmp_path / "d", tensors,
                     _public_config(base_model_name_or_path=str(tmp_path / "target")))
-  drafter = read_eagle3(directory)
+  drafter = jaxdec.load_drafter(directory)  # io loads the base model; convert reads files only.
   np.testing.assert_array_equal(np.asarray(drafter.embed), np.asarray(target.params["embed"]))
   np.testing.assert_array_equal(np.asarray(drafter.head), np.asarray(target_head(target)[:, DRAFT_IDS]))
 
@@ -175,6 +175,8 @@ def test_without_a_target_or_a_loadable_base_model_it_asks_for_one(tmp_path):
                     _public_config(base_model_name_or_path="meta-llama/Llama-3.1-8B-Instruct"))
   with pytest.raises(ValueError, match="pass target="):
     read_eagle3(directory)
+  with pytest.raises(ValueError, match="not a 'zoo:NAME' or directory jaxdec loads: pass target="):
+    jaxdec.load_drafter(directory)
   os.rename(os.path.join(directory, "model.safetensors"), os.path.join(directory, "pytorch_model.bin"))
   with pytest.raises(FileNotFoundError, match="safetensors"):
     read_eagle3(directory)

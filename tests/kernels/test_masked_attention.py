@@ -1,4 +1,6 @@
-"""The masked-attention kernel equals jaxdec's XLA attention (its reference) - in interpret mode
+"""The masked-attention kernel equals its reference (plain jnp, built from the mask spec's fields,
+sharing no code with jaxdec's attention; jaxdec's XLA attention and `MaskSpec.dense` are checked
+against it too) - in interpret mode
 with both variants on a CPU, compiled with the platform's variant on a GPU or TPU - over the mask
 patterns jaxdec decodes with: ragged caches, prefill with padding, trees (as wide as the forward
 and wider), hidden mask keys, windows, independent streams (segments), slots in any order, GQA, head_dim 64 and 128, float32 and
@@ -9,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxdec.model.attention import attention
 from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec, Segments
 from pallas_kernels.common import assert_close, platform, variants_to_test
 from pallas_kernels.masked_attention import (VARIANTS, BlockSizes, masked_attention,
-                                             reference_attention)
+                                             reference_attention, reference_mask)
 from pallas_kernels.masked_attention.kernel import _metadata, _skip_table
 
 # Many tiles: exercises the online softmax and the skips (compiled tiles obey the hardware's
@@ -87,6 +90,31 @@ def test_kernel_equals_reference(case, blocks, variant):
   out = masked_attention(q, k, v, mask, block_sizes=blocks, variant=variant)
   seen = np.asarray(mask.dense().any(-1))[:, :, None, None]  # Fully masked rows: ignored.
   assert_close(out, reference_attention(q, k, v, mask), jnp.float32, where=seen)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_xla_attention_and_dense_mask_equal_the_reference(case):
+  """The reference shares no code with jaxdec: its mask equals `MaskSpec.dense`, and jaxdec's
+  XLA attention (the default backend, interleaved streams included) equals it."""
+  rng = np.random.default_rng(sorted(CASES).index(case))
+  mask = CASES[case](rng)
+  batch, steps = mask.q_positions.shape
+  q, k, v = _qkv(rng, batch, steps, 4, 2, 64, mask.kv_positions.shape[1], jnp.float32)
+  np.testing.assert_array_equal(np.asarray(reference_mask(mask)), np.asarray(mask.dense()))
+  seen = np.asarray(mask.dense().any(-1))[:, :, None, None]  # Fully masked rows: ignored.
+  assert_close(attention(q, k, v, mask=mask, backend="xla"), reference_attention(q, k, v, mask),
+               jnp.float32, where=seen)
+
+
+def test_the_reference_refuses_an_unknown_pattern():
+  class Sideways:
+    def visible(self, q_pos, k_pos):
+      return k_pos >= q_pos
+
+  mask = _cached([4], 2, 16, pattern=Sideways())
+  q, k, v = _qkv(np.random.default_rng(0), 1, 2, 4, 2, 64, 16, jnp.float32)
+  with pytest.raises(ValueError, match="knows the patterns .* got .*Sideways"):
+    reference_attention(q, k, v, mask)
 
 
 @pytest.mark.parametrize("heads, kv_heads, head_dim, dtype", [

@@ -150,3 +150,6 @@ def test_bad_settings_are_named(target, draft, model):
   bidirectional = tiny_model(attention=BlockCausal(BLOCK), shifted_logits=True, mask_token_id=MASK)
   with pytest.raises(ValueError, match="masked-diffusion"):  # No causal stream to verify with.
     jaxdec.speculative_generate(bidirectional, prompts, spec.SimSD(draft))
+  with pytest.raises(TypeError, match=r"SimSD.model must be a jaxdec Model .* got str; load it "
+                                      r"first: jaxdec.load\('zoo:gsm-dlm-draft'\)"):
+    spec.SimSD("zoo:gsm-dlm-draft")  # Drafters never read disks.

@@ -166,10 +166,11 @@ def _pvalue(samples, probs):
 class _WrongResidual(spec.Exact):
   """Negative control: on rejection, resample from p instead of max(p - q, 0)."""
 
-  def __call__(self, draft, logits, tree, sampling, key, rows, base):
+  def __call__(self, inputs):
     from jaxdec.spec.verify import target_probs
 
-    p = target_probs(logits, sampling)
+    draft, key, rows, base = inputs.draft, inputs.key, inputs.rows, inputs.base
+    p = target_probs(inputs.logits, inputs.sampling)
     verdict = _chain_rule(draft, p, draft.probs, key, rows, base)
     p_at = jnp.take_along_axis(p, verdict.num_accepted[:, None, None], 1)[:, 0]
     return verdict.replace(next_token=_categorical(key, rows, base + verdict.num_accepted + 1, p_at))
@@ -269,8 +270,10 @@ def test_bad_drafters_raise(model):
                                 spec.Collaborative(weight=jnp.asarray(1.5)))
 
 
-def test_draft_model_accepts_a_name():
-  drafter = spec.DraftModel("zoo:pycode-draft", 2)
-  assert isinstance(drafter.model, jaxdec.Model) and drafter.model.config.num_layers == 3
-  with pytest.raises(TypeError, match="DraftModel.model must be a jaxdec Model .* got int"):
+def test_draft_model_takes_a_model_not_a_path():
+  """Drafters never read disks: a path is a TypeError that says to load it first."""
+  with pytest.raises(TypeError, match=r"DraftModel.model must be a jaxdec Model .* got str; "
+                                      r"load it first: jaxdec.load\('zoo:pycode-draft'\)"):
+    spec.DraftModel("zoo:pycode-draft", 2)
+  with pytest.raises(TypeError, match="DraftModel.model must be a jaxdec Model .* got int$"):
     spec.DraftModel(3, 2)
