@@ -9,7 +9,9 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers, decoders, trainers
 
 import jaxdec
-from jaxdec import cli, diffusion
+from jaxdec import cli, diffusion, plugins
+from jaxdec.cli import plugins as cli_plugins
+from jaxdec.cli.output import one_line
 from jaxdec.model import Bidirectional
 from jaxdec.tokenizer import Tokenizer
 from tiny import tiny_model
@@ -366,6 +368,42 @@ def test_every_option_has_help_and_every_parser_shows_defaults():
   assert "(default: 128)" in parsers["jaxdec bench ar"].format_help()
 
 
+@pytest.mark.parametrize("kind", plugins.KINDS)
+def test_every_declared_plugin_is_built_from_the_command_line(kind, monkeypatch):
+  """Each `@register_cli` plug-in: its name is a choice of its option, and `--KIND NAME` with
+  every flag it declares builds its class with those values."""
+  model = tiny_model()
+  monkeypatch.setattr(jaxdec, "load", lambda path, **_: model)
+  # A drafter read from a directory: the loader gives one of its class (built without fields).
+  monkeypatch.setattr(jaxdec, "load_drafter", lambda path, **_: object.__new__(found.cls))
+  declared = cli_plugins.registered(kind)
+  assert declared and len({p.spec.name for p in declared}) == len(declared)
+  parser = cli.build_parser()
+  for found in declared:
+    spec = found.spec
+    name = spec.name if spec.source is None else f"{spec.name}:{spec.source.example}"
+    values = {p.flag: (2 if p.type is int else 0.5) for p in spec.params}
+    flags = [f for dest, v in values.items() for f in (cli.common.flag(dest), str(v))]
+    argv = ["generate", "--model", "m", f"--{kind}", name, *flags]
+    args = parser.parse_args(argv)
+    built = {"drafter": cli_plugins.drafter, "verifier": cli_plugins.verifier,
+             "scheduler": cli_plugins.scheduler, "cache": cli_plugins.cache}[kind](args)
+    assert type(built) is found.cls, (argv, built)
+    for p in spec.params:
+      assert float(np.asarray(getattr(built, p.keyword))) == values[p.flag], (argv, p)
+
+
+def test_plugin_declarations_refuse_bad_values():
+  with pytest.raises(ValueError, match="CliSpec.kind must be one of"):
+    plugins.register_cli("sampler", "x", help="h", order=0)
+  with pytest.raises(TypeError, match="type must be int or float"):
+    plugins.Param("steps", str, "h")
+  with pytest.raises(ValueError, match="--scheduler threshold is already"):
+    plugins.register_cli("scheduler", "threshold", help="h", order=0)(type("Other", (), {}))
+  with pytest.raises(ValueError, match="kind must be one of"):
+    plugins.registered("drafters")
+
+
 def _ids(out: str) -> list[list[int]]:
   return [[int(t) for t in line.split()] for line in out.strip("\n").split("\n")]
 
@@ -504,7 +542,7 @@ def test_a_prompts_file_in_batches_gives_the_lines_of_one_by_one(text_model, tmp
   text.write_text("def f\nx\n")
   assert cli.main(["generate", *common, "--prompts-file", str(text), "--batch-size", "2"]) == 0
   lines = capsys.readouterr().out.split("\n")
-  assert lines == [cli._one_line(singles[0]), cli._one_line(singles[2]), ""]
+  assert lines == [one_line(singles[0]), one_line(singles[2]), ""]
 
 
 def test_a_jsonl_file_of_prompt_ids(model, tmp_path, capsys):

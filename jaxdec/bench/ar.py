@@ -113,3 +113,34 @@ def run(model_path: str = "random", batch_sizes=(1, 8), prompt_len: int = 128,
                                        "params": model.config.num_params, "prompt_len": prompt_len,
                                        "new_tokens": new_tokens, "repeats": repeats}, out,
                 figures if plot else None)
+
+
+# ---- `jaxdec bench ar` --------------------------------------------------------------------------
+
+HELP = "jaxdec greedy vs transformers generate"
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench ar`'s flags (the CLI adds the multi-process ones)."""
+  from jaxdec.plots import INSTALL
+
+  parser.add_argument("--model", default="random",
+                      help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
+  parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8],
+                      help="one table row per batch size")
+  parser.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row")
+  parser.add_argument("--new-tokens", type=int, default=128, help="tokens generated per row")
+  parser.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
+  parser.add_argument("--no-peers", action="store_true", help="skip transformers")
+  parser.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
+  parser.add_argument("--plot", action="store_true",
+                      help="also write OUT_speedup.png next to --out: jaxdec's speedup over "
+                           "transformers per batch size (needs matplotlib: " + INSTALL + ")")
+
+
+def main(args) -> int:
+  """`jaxdec bench ar`: `run` with the parsed flags."""
+  run(args.model, batch_sizes=tuple(args.batch_sizes), prompt_len=args.prompt_len,
+      new_tokens=args.new_tokens, repeats=args.repeats, out=args.out, peers=not args.no_peers,
+      plot=args.plot)
+  return 0

@@ -123,3 +123,35 @@ def run(model_path: str = "zoo:pycode-dlm", contexts=(1024, 2048), prompts: int 
       "suite": "archer", "model": model_path, "prompts": prompts, "gen_length": gen_length,
       "block_length": block_length, "bounds": list(bounds), "threshold": threshold,
       "elbo_samples": elbo_samples, "repeats": repeats}, out)
+
+
+# ---- `jaxdec bench archer` ----------------------------------------------------------------------
+
+HELP = ("Archer's prompt-K/V reuse vs a full refresh every step on long code prompts: tokens/s, "
+        "agreement, and the continuation's bits per byte at each drift bound")
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench archer`'s flags (the CLI adds the multi-process ones)."""
+  parser.add_argument("--model", default="zoo:pycode-dlm",
+                      help="a bidirectional masked-diffusion model")
+  parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048],
+                      help="prompt lengths in tokens, one group of rows each")
+  parser.add_argument("--prompts", type=int, default=4, help="long code prompts per length")
+  parser.add_argument("--gen-length", type=int, default=64, help="tokens generated")
+  parser.add_argument("--block-length", type=int, default=32, help="tokens a block")
+  parser.add_argument("--bounds", type=int, nargs="+", default=[4, 16, 64],
+                      help="Archer's drift bounds (response tokens changed before a refresh)")
+  parser.add_argument("--threshold", type=float, default=None,
+                      help="threshold commits (left out: LLaDA's one token per forward)")
+  parser.add_argument("--elbo-samples", type=int, default=8, help="masks per ELBO estimate")
+  parser.add_argument("--repeats", type=int, default=1, help="timed runs (interleaved; medians)")
+  parser.add_argument("--out", default="bench_results/archer.json", help="JSON output path")
+
+
+def main(args) -> int:
+  """`jaxdec bench archer`: `run` with the parsed flags."""
+  run(args.model, tuple(args.lengths), prompts=args.prompts, gen_length=args.gen_length,
+      block_length=args.block_length, bounds=tuple(args.bounds), threshold=args.threshold,
+      elbo_samples=args.elbo_samples, repeats=args.repeats, out=args.out)
+  return 0

@@ -190,3 +190,36 @@ def run(model_path: str = "zoo:gsm-dlm", draft_path: str = "zoo:gsm-dlm-draft",
       "suite": "blocks", "model": model_path, "draft": draft_path, "prompts": len(prompts),
       "timed_prompts": len(timed), "gen_length": gen_length, "block_length": block_length,
       "repeats": repeats, "baseline": BASELINE}, out)
+
+
+# ---- `jaxdec bench blocks` ----------------------------------------------------------------------
+
+HELP = ("block-diffusion decoding on gsm-synth: serial block decoding vs T2T editing, FlowBlock "
+        "and SimSD")
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench blocks`' flags (the CLI adds the multi-process ones)."""
+  parser.add_argument("--model", default="zoo:gsm-dlm",
+                      help="block-causal target whose given tokens form a causal LM")
+  parser.add_argument("--draft", default="zoo:gsm-dlm-draft",
+                      help="SimSD's draft block-diffusion model (the target's tokenizer)")
+  parser.add_argument("--prompts", type=int, default=200,
+                      help="test problems (accuracy from all)")
+  parser.add_argument("--timed-prompts", type=int, default=20,
+                      help="problems timed (interleaved repeats)")
+  parser.add_argument("--gen-length", type=int,
+                      help="new tokens at most (left out: the task's, 448)")
+  parser.add_argument("--block-length", type=int, default=32, help="tokens a block")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  parser.add_argument("--rows", nargs="*", help="run only these rows (names as printed; the "
+                                                "baseline always runs)")
+  parser.add_argument("--out", default="bench_results/blocks.json", help="JSON output path")
+
+
+def main(args) -> int:
+  """`jaxdec bench blocks`: `run` with the parsed flags."""
+  run(args.model, args.draft, num_prompts=args.prompts, timed_prompts=args.timed_prompts,
+      gen_length=args.gen_length, block_length=args.block_length, repeats=args.repeats,
+      names=args.rows, out=args.out)
+  return 0

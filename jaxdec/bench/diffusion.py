@@ -428,3 +428,56 @@ DEMO_METHODS = {
     "diffusion LLaDA, steps = length (pycode-dlm)": _demo(FixedSteps(), None),
     "diffusion threshold 0.9 + dual cache (pycode-dlm)": _demo(Threshold(0.9), DualCache()),
 }
+
+
+# ---- `jaxdec bench diffusion` -------------------------------------------------------------------
+
+HELP = "diffusion schedulers x caches vs the LLaDA baseline"
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench diffusion`'s flags (the CLI adds the multi-process ones)."""
+  from jaxdec.plots import INSTALL
+
+  parser.add_argument("--model",
+                      help="'random' (seeded, pycode-dlm's size), zoo:NAME or a checkpoint dir "
+                           "(left out: zoo:pycode-dlm, with --task gsm-synth zoo:gsm-dlm)")
+  parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1],
+                      help="batch sizes to measure")
+  parser.add_argument("--prompts", type=int, default=4,
+                      help="held-out code prompts (or task problems)")
+  parser.add_argument("--task", choices=("gsm-synth",),
+                      help="prompts from this task's test problems, with an accuracy column "
+                           "(rows stop at their answer's EOS)")
+  parser.add_argument("--judge", default="zoo:pycode-ar",
+                      help="on code prompts: an AR model sharing the tokenizer that scores every "
+                           "configuration's continuations in bits per byte ('none': off)")
+  parser.add_argument("--gen-length", type=int,
+                      help="canvas tokens per prompt (left out: 256, or the task's, gsm-synth "
+                           "448)")
+  parser.add_argument("--block-length", type=int, default=32, help="tokens a block")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  parser.add_argument("--configs", nargs="*",
+                      help="run only these configurations (names as printed)")
+  parser.add_argument("--baseline", default="LLaDA steps=G",
+                      help="the configuration the others are compared with (on a block-causal "
+                           "model such as zoo:gsm-dlm, 'LLaDA steps=G + dual' gives the same "
+                           "tokens)")
+  parser.add_argument("--timed-prompts", type=int,
+                      help="time only the first N prompts (quality still from all --prompts; "
+                           "left out: all)")
+  parser.add_argument("--out", default="bench_results/diffusion.json", help="JSON output path")
+  parser.add_argument("--plot", action="store_true",
+                      help="also write OUT_speedup.png (speedup over the baseline per "
+                           "configuration) and OUT_tokens_per_forward.png next to --out (needs "
+                           "matplotlib: " + INSTALL + ")")
+
+
+def main(args) -> int:
+  """`jaxdec bench diffusion`: `run` with the parsed flags."""
+  run(args.model, batch_sizes=tuple(args.batch_sizes), num_prompts=args.prompts,
+      gen_length=args.gen_length, block_length=args.block_length, repeats=args.repeats,
+      names=args.configs, out=args.out, plot=args.plot, task=args.task,
+      judge=None if args.judge == "none" else args.judge, timed_prompts=args.timed_prompts,
+      baseline=args.baseline)
+  return 0

@@ -141,3 +141,36 @@ def figures(record: dict) -> dict:
   return {"depth": plots.acceptance_by_depth(
       curves, title=f"bench eagle: {record['target']}, chain of {record['depth']}, greedy, "
                     f"{record['prompts']} {record['task']} prompts")}
+
+
+# ---- `jaxdec bench eagle` -----------------------------------------------------------------------
+
+HELP = ("EAGLE-3 studies: VAT vs the plain loss over seeds, and KVShot's hidden / KV / hybrid "
+        "drafters' acceptance by depth (trains every drafter, resumably)")
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench eagle`'s flags (the CLI adds the multi-process ones)."""
+  from jaxdec.plots import INSTALL
+
+  parser.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
+                      help="the zoo target and recipe: gsm-ar with zoo:gsm-eagle3, or pycode-ar "
+                           "with zoo:pycode-eagle3")
+  parser.add_argument("--steps", type=int,
+                      help="training steps per drafter (left out: the recipe's)")
+  parser.add_argument("--seeds", type=int, default=3, help="seeds of VAT and of the plain loss")
+  parser.add_argument("--depth", type=int, default=8, help="the chain measured, depths 1..DEPTH")
+  parser.add_argument("--prompts", type=int, default=8, help="test prompts decoded")
+  parser.add_argument("--workdir", default="runs/eagle-study", help="the drafters' training runs")
+  parser.add_argument("--only", help="only the drafters whose name contains this, e.g. VAT or KV")
+  parser.add_argument("--out", default="bench_results/eagle.json", help="JSON output path")
+  parser.add_argument("--plot", action="store_true",
+                      help="also write OUT_depth.png: acceptance rate per depth of each drafter "
+                           "(needs matplotlib: " + INSTALL + ")")
+
+
+def main(args) -> int:
+  """`jaxdec bench eagle`: `run` with the parsed flags."""
+  run(args.task, steps=args.steps, seeds=args.seeds, depth=args.depth, num_prompts=args.prompts,
+      workdir=args.workdir, only=args.only, out=args.out, plot=args.plot)
+  return 0

@@ -176,3 +176,31 @@ def _demo(models, prompts, new_tokens):
 
 
 DEMO_METHODS = {"HPD: all prompts in one row (pycode-ar)": _demo}
+
+
+# ---- `jaxdec bench hpd` -------------------------------------------------------------------------
+
+HELP = ("Hyper-Parallel Decoding (many queries over one context in one row) vs batched rows vs one "
+        "query at a time")
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench hpd`'s flags (the CLI adds the multi-process ones)."""
+  parser.add_argument("--task", choices=("code", "gsm-synth"), default="code",
+                      help="code: a module header + its function signatures (zoo:pycode-ar); "
+                           "gsm-synth: stories with several questions (zoo:gsm-ar), scored")
+  parser.add_argument("--model", help="left out: the task's zoo model")
+  parser.add_argument("--queries", type=int, nargs="+",
+                      help="query counts, one table row each (left out: code 4 16 64, gsm-synth "
+                           "4 16)")
+  parser.add_argument("--new-tokens", type=int,
+                      help="tokens per query at most (left out: code 32, gsm-synth 448)")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  parser.add_argument("--out", default="bench_results/hpd.json", help="JSON output path")
+
+
+def main(args) -> int:
+  """`jaxdec bench hpd`: `run` with the parsed flags."""
+  run(args.task, args.model, counts=args.queries, new_tokens=args.new_tokens,
+      repeats=args.repeats, out=args.out)
+  return 0

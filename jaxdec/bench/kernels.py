@@ -169,3 +169,37 @@ def run(lengths=(2048, 8192, 32768), heads: int = 32, kv_heads: int = 8, head_di
   return report(rows, columns, timer, {
       "suite": "kernels", "device": str(device), "heads": heads, "kv_heads": kv_heads,
       "head_dim": head_dim, "dtype": dtype, "lengths": list(lengths)}, out)
+
+
+# ---- `jaxdec bench kernels` ---------------------------------------------------------------------
+
+HELP = ("the Pallas kernels vs XLA attention by context length, and 8B-shaped decode tokens/s vs "
+        "the bandwidth bound (for a GPU or TPU: on a CPU the kernels are interpreted)")
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench kernels`' flags (the CLI adds the multi-process ones)."""
+  parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 32768],
+                      help="context lengths, one row per case each")
+  parser.add_argument("--heads", type=int, default=32, help="query heads")
+  parser.add_argument("--kv-heads", type=int, default=8, help="KV heads")
+  parser.add_argument("--head-dim", type=int, default=128, help="head dimension")
+  parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                      help="q, k and v dtype")
+  parser.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
+  parser.add_argument("--dense-limit", type=int, default=8192,
+                      help="longest causal prefill timed (XLA builds an L x L mask)")
+  parser.add_argument("--chunk", type=int, default=1024,
+                      help="prefix chunk length of the chunk-sparse case (top 4 chunks kept)")
+  parser.add_argument("--decode-batch-sizes", type=int, nargs="*", default=[],
+                      help="also decode with a Llama-3-8B-shaped model (random bf16 weights, "
+                           "16 GB) at these batch sizes, e.g. 1 64")
+  parser.add_argument("--out", default="bench_results/kernels.json", help="JSON output path")
+
+
+def main(args) -> int:
+  """`jaxdec bench kernels`: `run` with the parsed flags."""
+  run(tuple(args.lengths), heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim,
+      dtype=args.dtype, repeats=args.repeats, dense_limit=args.dense_limit, chunk=args.chunk,
+      decode_batch_sizes=tuple(args.decode_batch_sizes), out=args.out)
+  return 0

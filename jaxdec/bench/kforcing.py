@@ -136,3 +136,29 @@ def run(teacher_path: str | None = None, student_path: str | None = None, batch_
   return report(rows, columns, timer, {
       "suite": "kforcing", "task": task, "teacher": teacher_path, "student": student_path,
       "new_tokens": new_tokens, "repeats": repeats, "quality_prompts": len(prompts)}, out)
+
+
+# ---- `jaxdec bench kforcing` --------------------------------------------------------------------
+
+HELP = "K-Forcing's standalone k-tokens-per-forward decoding vs its teacher's AR, speed and quality"
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench kforcing`'s flags (the CLI adds the multi-process ones)."""
+  parser.add_argument("--model", help="the teacher (left out: zoo:gsm-ar)")
+  parser.add_argument("--student",
+                      help="the K-Forcing student directory (left out: zoo:gsm-kforcing)")
+  parser.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
+                      help="gsm-synth test problems (with accuracy) or held-out code prompts")
+  parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64],
+                      help="one row per method per batch size")
+  parser.add_argument("--new-tokens", type=int, help="tokens per row (left out: the task's)")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  parser.add_argument("--out", default="bench_results/kforcing.json", help="JSON output path")
+
+
+def main(args) -> int:
+  """`jaxdec bench kforcing`: `run` with the parsed flags (--task code: held-out code)."""
+  run(args.model, args.student, batch_sizes=tuple(args.batch_sizes), new_tokens=args.new_tokens,
+      repeats=args.repeats, out=args.out, task=None if args.task == "code" else args.task)
+  return 0

@@ -135,3 +135,46 @@ def run(model_path: str = "zoo:pycode-dlm", lengths=(2048, 4096, 8160), prompts:
       "suite": "prefilling", "model": model_path, "prompts": prompts, "gen_length": gen_length,
       "continuation": continuation, "elbo_samples": elbo_samples, "threshold": threshold,
       "caches": {name: {f: getattr(c, f) for f in fields} for name, c in caches.items()}}, out)
+
+
+# ---- `jaxdec bench prefilling` ------------------------------------------------------------------
+
+HELP = ("Prefilling-dLLM's chunk-sparse long-prompt decoding vs dense (threshold + dual cache): "
+        "tokens/s and the continuation's bits per byte by context length")
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench prefilling`'s flags (the CLI adds the multi-process ones)."""
+  parser.add_argument("--model", default="zoo:pycode-dlm", help="a masked-diffusion model")
+  parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8160],
+                      help="prompt lengths in tokens (prompt + gen_length within the model's "
+                           "positions), one row each")
+  parser.add_argument("--prompts", type=int, default=3, help="long code prompts per length")
+  parser.add_argument("--gen-length", type=int, default=32, help="tokens generated (one block)")
+  parser.add_argument("--continuation", type=int, default=64,
+                      help="tokens of the true continuation scored (ELBO)")
+  parser.add_argument("--elbo-samples", type=int, default=8, help="masks per ELBO estimate")
+  parser.add_argument("--chunk-size", type=int, default=256, help="context tokens per chunk")
+  parser.add_argument("--top-k", type=int, default=4, help="chunks kept")
+  parser.add_argument("--query-tokens", type=int, default=64,
+                      help="the prompt's last tokens, always kept (the query)")
+  parser.add_argument("--score", nargs="+", default=["draft"], choices=("draft", "keys"),
+                      help="chunk scores, one sparse row each")
+  parser.add_argument("--positions", default="continuous", choices=("continuous", "reuse"),
+                      help="where the kept chunks and the query sit")
+  parser.add_argument("--token-capacity", type=int, default=None,
+                      help="tokens kept per chunk (default: all)")
+  parser.add_argument("--repeats", type=int, default=1,
+                      help="timed runs per prompt (interleaved)")
+  parser.add_argument("--out", default="bench_results/prefilling.json", help="JSON output path")
+
+
+def main(args) -> int:
+  """`jaxdec bench prefilling`: `run` with one sparse cache per --score."""
+  caches = {f"{score} score": PrefillingCache(
+      chunk_size=args.chunk_size, top_k=args.top_k, query_tokens=args.query_tokens, score=score,
+      positions=args.positions, token_capacity=args.token_capacity) for score in args.score}
+  run(args.model, tuple(args.lengths), prompts=args.prompts, gen_length=args.gen_length,
+      continuation=args.continuation, elbo_samples=args.elbo_samples, caches=caches,
+      repeats=args.repeats, out=args.out)
+  return 0

@@ -268,3 +268,43 @@ if "pycode-mtp" in zoo.available():
 if "pycode-eagle3" in zoo.available():
   DEMO_METHODS["speculative: EAGLE-3, dynamic tree (pycode-ar + pycode-eagle3)"] = _demo(
       lambda m: jaxdec.load_drafter("zoo:pycode-eagle3"))
+
+
+# ---- `jaxdec bench spec` ------------------------------------------------------------------------
+
+HELP = "speculative decoding vs AR and transformers' assisted / lookup"
+
+
+def add_arguments(parser) -> None:
+  """`jaxdec bench spec`'s flags (the CLI adds the multi-process ones)."""
+  from jaxdec.plots import INSTALL
+
+  parser.add_argument("--model", help="target: zoo:NAME or a checkpoint dir (left out: "
+                                      "zoo:pycode-ar, with --task gsm-synth zoo:gsm-ar)")
+  parser.add_argument("--draft", help="draft model with the target's tokenizer (left out: "
+                                      "zoo:pycode-draft, with --task gsm-synth zoo:gsm-draft)")
+  parser.add_argument("--prompts", type=int, default=8,
+                      help="held-out code prompts (or task problems)")
+  parser.add_argument("--task", choices=("gsm-synth",),
+                      help="prompts from this task's test problems, with an accuracy column")
+  parser.add_argument("--new-tokens", type=int,
+                      help="tokens generated per prompt (left out: 64, with --task gsm-synth 448)")
+  parser.add_argument("--num-tokens", type=int, nargs="+", default=[3, 4, 6], help="draft lengths")
+  parser.add_argument("--heads", help="trained Medusa heads for the target (left out: the zoo's, "
+                                      "zoo:pycode-mtp / zoo:gsm-mtp, for a zoo target; 'none': "
+                                      "no heads rows)")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
+  parser.add_argument("--no-peers", action="store_true", help="skip transformers")
+  parser.add_argument("--out", default="bench_results/spec.json", help="JSON output path")
+  parser.add_argument("--plot", action="store_true",
+                      help="also write OUT_speedup.png (speedup over jaxdec greedy AR per method) "
+                           "and OUT_acceptance.png (tokens per verification step, per drafter) "
+                           "next to --out (needs matplotlib: " + INSTALL + ")")
+
+
+def main(args) -> int:
+  """`jaxdec bench spec`: `run` with the parsed flags."""
+  run(args.model, args.draft, num_prompts=args.prompts, new_tokens=args.new_tokens,
+      num_tokens=tuple(args.num_tokens), repeats=args.repeats, peers=not args.no_peers,
+      out=args.out, plot=args.plot, task=args.task, heads_path=args.heads)
+  return 0

@@ -36,6 +36,7 @@ from jaxdec.decoding import finite_values, positions
 from jaxdec.diffusion.caches import CanvasView, _query
 from jaxdec.diffusion.schedulers import traced
 from jaxdec.model.kv_cache import KVCache
+from jaxdec.plugins import register_cli
 
 
 @struct.dataclass
@@ -44,6 +45,9 @@ class ArcherState:
   seen: jax.Array  # i32[B, W]: the canvas they were computed from (-1 before the first).
 
 
+@register_cli("cache", "archer", order=40,
+              help="the prompt's K/V reused until 8 response tokens changed, the response "
+                   "recomputed every step")
 @struct.dataclass
 class Archer:
   """Reuse the prompt's K/V until `bound` response tokens changed since they were computed;

@@ -28,8 +28,10 @@ from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit, filled,
                                          rank_confidence, traced)
+from jaxdec.plugins import register_cli
 
 
+@register_cli("scheduler", "asynclane", order=100, help="AsyncLane")
 @struct.dataclass
 class AsyncLane(Scheduler):
   """AsyncLane on a threshold rule. `lanes` (static): blocks in flight; `delimiters` (static):

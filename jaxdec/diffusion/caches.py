@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdec.decoding import positions
+from jaxdec.plugins import register_cli
 
 
 @struct.dataclass
@@ -203,6 +204,7 @@ class _Refreshed:
     return logits, view.active, out.with_length(state.length)
 
 
+@register_cli("cache", "prefix", order=10, help="Fast-dLLM's approximate prefix KV cache")
 @struct.dataclass
 class PrefixCache(_Refreshed):
   """Reuse keys/values of the positions before the current block (Fast-dLLM prefix cache)."""
@@ -211,6 +213,7 @@ class PrefixCache(_Refreshed):
     return view.gen_length + view.shift
 
 
+@register_cli("cache", "dual", order=20, help="Fast-dLLM's approximate dual KV cache")
 @struct.dataclass
 class DualCache(_Refreshed):
   """Reuse keys/values before and after the current block (Fast-dLLM dual cache)."""

@@ -20,8 +20,10 @@ from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit, filled,
                                          top, traced, transfer_count)
+from jaxdec.plugins import register_cli
 
 
+@register_cli("scheduler", "cai", order=60, help="CAI-DLLM")
 @struct.dataclass
 class FirstStepConfidence(Scheduler):
   """CAI-DLLM. `easy`: first-step confidence at which a token commits at once; `budget`: forwards

@@ -21,8 +21,10 @@ from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit, filled,
                                          top, traced, transfer_count)
+from jaxdec.plugins import register_cli
 
 
+@register_cli("scheduler", "cora", order=70, help="CORA-Diff")
 @struct.dataclass
 class Persistence(Scheduler):
   """CORA-Diff. `tau`: confidence a residual position needs; `persistence`: forwards in a row its

@@ -9,6 +9,7 @@ from flax import struct
 from jaxdec.diffusion.compat import dream_timesteps
 from jaxdec.diffusion.confidence import Confidence, NegEntropy
 from jaxdec.diffusion.schedulers import Decision, Scheduler, StepView, commit, top
+from jaxdec.plugins import register_cli
 
 
 def dream_count(masked: jax.Array, steps: jax.Array, step: jax.Array, eps: float) -> jax.Array:
@@ -18,6 +19,7 @@ def dream_count(masked: jax.Array, steps: jax.Array, step: jax.Array, eps: float
   return jnp.where(step < steps - 1, count, masked)
 
 
+@register_cli("scheduler", "dream", order=50, help="Dream, --steps per canvas")
 @struct.dataclass
 class Dream(Scheduler):
   """Step i of `steps` commits int(n * (1 - t[i+1]/t[i])) of the n current masks on a float32

@@ -15,6 +15,7 @@ from jaxdec.diffusion.compat import factor_count
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit, filled,
                                          top, traced)
+from jaxdec.plugins import Param, register_cli
 
 
 def _decide(view: StepView, select: jax.Array) -> Decision:
@@ -22,6 +23,8 @@ def _decide(view: StepView, select: jax.Array) -> Decision:
   return Decision(tokens=tokens, finished=filled(tokens, view.mask_id))
 
 
+@register_cli("scheduler", "threshold", order=20, help="Fast-dLLM's confidence threshold",
+              params=(Param("threshold", float, "commit every mask this confident", arg="tau"),))
 @struct.dataclass
 class Threshold(Scheduler):
   """Commit every candidate whose confidence is >= tau, and always the most confident one."""
@@ -40,6 +43,8 @@ class Threshold(Scheduler):
     return _decide(view, (ranked.confidence >= column(self.tau)) | (ranked.rank == 0)), state
 
 
+@register_cli("scheduler", "factor", order=30, help="Fast-dLLM's factor rule",
+              params=(Param("factor", float, "its f"),))
 @struct.dataclass
 class Factor(Scheduler):
   """Fast-dLLM's factor rule (`get_transfer_index_dynamic`): scan the sorted confidences c_(i)
@@ -65,6 +70,8 @@ class Factor(Scheduler):
     return _decide(view, top(view.ranked, factor_count(stop, view.masked))), state
 
 
+@register_cli("scheduler", "frechet", order=40, help="Fast-dLLM++'s Frechet profile rule",
+              params=(Param("delta", float, "its delta"),))
 @struct.dataclass
 class Frechet(Scheduler):
   """Fast-dLLM++'s Frechet profile rule: with sorted confidences c_(1) >= ... >= c_(n), score

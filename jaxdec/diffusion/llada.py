@@ -6,8 +6,10 @@ from flax import struct
 
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import Decision, Scheduler, StepView, commit, top, transfer_count
+from jaxdec.plugins import register_cli
 
 
+@register_cli("scheduler", "fixed", order=10, help="LLaDA, --steps per canvas")
 @struct.dataclass
 class FixedSteps(Scheduler):
   """Every block runs exactly `steps` forwards and step i commits `transfer_count(...)` of the

@@ -47,6 +47,7 @@ from flax import struct
 from jaxdec.decoding import positions
 from jaxdec.diffusion.caches import DualCache
 from jaxdec.model import KVCache
+from jaxdec.plugins import register_cli
 
 SCORES = ("draft", "keys")
 POSITION_RULES = ("continuous", "reuse")
@@ -82,6 +83,9 @@ def _check_int(name: str, value, low: int) -> None:
     raise ValueError(f"PrefillingCache {name} must be an int >= {low}, got {value!r}")
 
 
+@register_cli("cache", "prefilling", order=30,
+              help="long prompts: the dual cache over the 4 most relevant 256-token chunks of the "
+                   "prompt and its last 64 tokens")
 @struct.dataclass
 class PrefillingCache(DualCache):
   """Chunk-sparse long-prompt decoding (module docstring); a `DualCache` over a fixed context.

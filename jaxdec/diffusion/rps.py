@@ -28,6 +28,7 @@ from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit, filled,
                                          traced)
+from jaxdec.plugins import register_cli
 
 _NEG_INF = float("-inf")
 
@@ -42,6 +43,7 @@ def _no_mask(logits: jax.Array, mask_id: int) -> jax.Array:
   return logits.astype(jnp.float32).at[..., mask_id].set(_NEG_INF)
 
 
+@register_cli("scheduler", "rps", order=90, help="Ripple-Pivot Search")
 @struct.dataclass
 class RipplePivot(Scheduler):
   """RPS on a threshold base rule. `tau`: the base rule's confidence; `low`, `high`: the pivot

@@ -26,6 +26,7 @@ from jaxdec.decoding import finite_values
 from jaxdec.diffusion.confidence import Confidence, Probability
 from jaxdec.diffusion.schedulers import (Decision, Scheduler, StepView, column, commit, filled,
                                          rank_confidence, top, traced, transfer_count)
+from jaxdec.plugins import register_cli
 
 
 def stage_of_offsets(block_length: int, num_stages: int) -> np.ndarray:
@@ -56,6 +57,7 @@ def stage_steps(num_stages: int, per_block: jax.Array, rec_steps: int) -> jax.Ar
   return jnp.concatenate([steps, jnp.full((1,), rec_steps, jnp.int32)])
 
 
+@register_cli("scheduler", "said", order=80, help="SAID, --steps per canvas")
 @struct.dataclass
 class Scaffold(Scheduler):
   """SAID-block: `num_stages` checkerboard stages per block (static), `rec_steps` forwards for

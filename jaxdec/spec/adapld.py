@@ -7,12 +7,17 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdec.model import ModelConfig
+from jaxdec.plugins import Param, register_cli
 from jaxdec.spec.drafter import Context, Drafter, check_positive
 from jaxdec.spec.lookup import continuations, lexical_matches
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import Draft
 
 
+@register_cli("drafter", "adapld", order=20, help="lookup with a semantic fallback, tree drafts",
+              params=(Param("num_tokens", int, "a branch's depth", arg="depth"),
+                      Param("max_ngram", int, "longest n-gram matched"),
+                      Param("branches", int, "continuations verified together as a tree")))
 @struct.dataclass
 class AdaPLD(Drafter):
   """Lexical n-gram lookup first (n >= min_ngram); when no n-gram matches, a semantic fallback

@@ -22,6 +22,7 @@ import numpy as np
 from flax import struct
 
 from jaxdec.model import ModelConfig
+from jaxdec.plugins import Source, register_cli
 from jaxdec.spec.drafter import Context, Drafter
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import Draft
@@ -142,6 +143,9 @@ def choices_tree(choices) -> Tree:
 PARAM_KEYS = ({"w", "b", "unembed"}, {"w", "b", "unembed", "mix", "embed"})
 
 
+@register_cli("drafter", "heads", order=50, help="trained Medusa heads with their tree",
+              source=Source("DRAFTER", "drafter", "the heads' directory", "zoo:pycode-mtp",
+                            noun="Medusa heads"))
 @struct.dataclass
 class Heads(Drafter):
   """Medusa heads over the target (`params` as `head_logits`), drafting the tree `choices`

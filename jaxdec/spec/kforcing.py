@@ -30,6 +30,7 @@ from jaxdec import decoding
 from jaxdec.controls import Controls
 from jaxdec.decoding import DecodeOutput, Decoding, LoopState, clamp_budget, prefill, typed_key
 from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.plugins import Source, register_cli
 from jaxdec.sampling import token_keys
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.tree import Tree
@@ -133,6 +134,10 @@ class PushForward:
     return jax.vmap(jax.random.uniform)(keys.reshape(-1)).reshape(positions.shape)
 
 
+@register_cli("drafter", "kforcing", order=60,
+              help="a K-Forcing student drafting k tokens in one forward",
+              source=Source("STUDENT", "drafter", "the student's directory", "zoo:gsm-kforcing",
+                            noun="a K-Forcing student"))
 @struct.dataclass
 class KForcing(Drafter):
   """The push-forward student drafts a chain of k tokens in one forward. With sampling, rows at

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdec.plugins import Param, register_cli
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import Draft
@@ -57,6 +58,9 @@ def lexical_matches(ctx: Context, max_ngram: int, min_ngram: int, branches: int)
   return starts, found, have
 
 
+@register_cli("drafter", "lookup", order=10, help="prompt lookup",
+              params=(Param("num_tokens", int, "draft tokens a step"),
+                      Param("max_ngram", int, "longest n-gram matched")))
 @struct.dataclass
 class PromptLookup(Drafter):
   """Prompt-lookup decoding with transformers' matching: the last n tokens for n =

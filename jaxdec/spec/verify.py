@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxdec.plugins import register_cli
 from jaxdec.sampling import Sampling, token_keys, warp_logits
 from jaxdec.spec.tree import DynamicTree, Topology, Tree
 
@@ -144,6 +145,7 @@ def _parent_values(values: jax.Array, tree: Topology) -> jax.Array:
   return _at(values, tree.parents)
 
 
+@register_cli("verifier", "greedy", order=10, help="lossless, greedy decoding only")
 @struct.dataclass
 class Greedy:
   """Accept a draft iff it is the target's argmax after its parent; next = argmax at the end.
@@ -162,6 +164,7 @@ class Greedy:
     return _deepest(ok, tree, lambda best: jnp.take_along_axis(best_tokens, best[:, None], 1)[:, 0])
 
 
+@register_cli("verifier", "exact", order=20, help="lossless in distribution")
 @struct.dataclass
 class Exact:
   """Speculative sampling, lossless in distribution.
@@ -239,6 +242,8 @@ def _sibling_rule(draft: Draft, p, tree: Topology, key, rows, base) -> Verdict:
   return Verdict(num_accepted=num, path=path, next_token=y)
 
 
+@register_cli("verifier", "truncation", order=30,
+              help="lossy, its default settings: accepts more drafts")
 @struct.dataclass
 class Truncation:
   """Lossy: accept a draft iff it lies in the target's truncated support after its parent (its
@@ -272,6 +277,8 @@ class Truncation:
     return _deepest(ok, tree, next_from)
 
 
+@register_cli("verifier", "collaborative", order=40,
+              help="lossy, its default settings: accepts more drafts")
 @struct.dataclass
 class Collaborative:
   """Lossy: speculative sampling against the mixture m = (1 - weight) p + weight q, capped at
