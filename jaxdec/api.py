@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from jaxdec import ar, decoding, diffusion, hpd, sharding, spec, streaming
-from jaxdec.controls import Controls, LogitsRules, StopStrings
+from jaxdec.controls import Controls
 from jaxdec.decoding import DecodeOutput
 from jaxdec.model import Model
 from jaxdec.model import forward as _forward
@@ -74,30 +74,8 @@ def _ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_toke
   return model, prompt, prompt_lengths, budget, sampling, key, stops
 
 
-def _controls(model: Model, batch: int, *, min_new_tokens, repetition_penalty, stop_strings,
-              tokenizer, logprobs) -> Controls:
-  """The validated controls of one call (rules and stop strings None when unused)."""
-  penalty = decoding.finite_values("repetition_penalty", repetition_penalty, batch, 0.0,
-                                   low_open=True)
-  least = decoding.counts("min_new_tokens", min_new_tokens, batch)
-  rules = None
-  if (penalty != 1.0).any() or (least > 0).any():
-    rules = LogitsRules(repetition_penalty=np.broadcast_to(penalty, (batch,)),
-                        min_new_tokens=np.broadcast_to(least, (batch,)))
-  stops = None
-  if stop_strings is not None and not isinstance(stop_strings, str) and len(stop_strings) == 0:
-    stop_strings = None  # [] means none, as stop_tokens=() does.
-  if stop_strings is not None:
-    if tokenizer is None:
-      raise ValueError("stop_strings need the model's tokenizer to match text: pass tokenizer="
-                       "jaxdec.load_tokenizer(...)")
-    if tokenizer.vocab_size > model.config.vocab_size:
-      raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
-                       f"vocabulary of {model.config.vocab_size}: not this model's tokenizer")
-    stops = StopStrings.create(tokenizer, stop_strings, model.config.vocab_size)
-  if not isinstance(logprobs, bool):
-    raise TypeError(f"logprobs must be True or False, got {logprobs!r}")
-  return Controls(rules=rules, stops=stops, logprobs=logprobs)
+def _controls(model: Model, batch: int, **controls) -> Controls:
+  return decoding.check_controls(model.config.vocab_size, batch, **controls)
 
 
 def _with_hook(controls: Controls, stream: bool, call_id) -> Controls:
@@ -126,9 +104,13 @@ def _run_ar_style(model: Model, jitted, inputs, controls: Controls, stream, *par
                  rules, controls.stops, call_id, buffer_len=decoding.bucket(budget),
                  logprobs=controls.logprobs, stream=stream is not None, **static)
     out = jax.block_until_ready(out)
-  out = _gather(model, out, rows)
-  logprobs = None if out.logprobs is None else out.logprobs[:, :budget]
-  return out.replace(tokens=out.tokens[:, :budget], logprobs=logprobs)
+  return _cut(_gather(model, out, rows), budget)
+
+
+def _cut(out: DecodeOutput, budget: int) -> DecodeOutput:
+  """Tokens (and log-probabilities) cut from the bucketed buffer to the budget."""
+  logprobs = None if out.logprobs is None else out.logprobs[..., :budget]
+  return out.replace(tokens=out.tokens[..., :budget], logprobs=logprobs)
 
 
 def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling | None = None,
@@ -227,43 +209,44 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
                        drafter, verifier, parts=part_types(drafter, verifier))
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len",))
-def _ssr_reason_jit(model, prompt, prompt_lengths, max_new_tokens, stop_tokens, ssr, *,
-                    buffer_len):
-  return spec.ssr.ssr_reason(model.params, prompt, prompt_lengths, max_new_tokens, stop_tokens,
-                             config=model.config, ssr=ssr, buffer_len=buffer_len,
-                             pad_id=decoding.pad_id(model.config))
+def _ssr_decoding(model, stop_tokens, rules, stops, call_id, logprobs, stream):
+  controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
+  return decoding.Decoding(sampling=None, key=None, stop_tokens=stop_tokens, controls=controls,
+                           pad_id=decoding.pad_id(model.config))
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len",))
-def _ssr_answer_jit(model, reasoned, prompt_lengths, max_new_tokens, stop_tokens, ssr, *,
-                    buffer_len):
-  return spec.ssr.ssr_answer(model.params, reasoned, prompt_lengths, max_new_tokens, stop_tokens,
-                             config=model.config, ssr=ssr, buffer_len=buffer_len,
-                             pad_id=decoding.pad_id(model.config))
+@functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
+def _ssr_jit(model, prompt, prompt_lengths, max_new_tokens, stop_tokens, ssr, rules, stops,
+             call_id, *, buffer_len, logprobs, stream):
+  d = _ssr_decoding(model, stop_tokens, rules, stops, call_id, logprobs, stream)
+  kw = dict(config=model.config, ssr=ssr, buffer_len=buffer_len)
+  reasoned = spec.ssr.ssr_reason(model.params, d, prompt, prompt_lengths, max_new_tokens, **kw)
+  return spec.ssr.ssr_answer(model.params, d, reasoned, **kw)
 
 
 def ssr_inputs(model: Model, prompts, ssr, max_new_tokens: int, lengths=None, stop_tokens=None):
-  """Validated, placed (model, prompt, prompt_lengths, budget, stops, rows) for SSR's two
-  phases; rows: the real rows (placing may pad the batch)."""
+  """Validated (model, prompt, prompt_lengths, budget, stops, rows) for SSR's two phases (host
+  arrays, not yet placed on the model's mesh); rows: the real rows."""
   if not isinstance(ssr, spec.SSR):
     raise TypeError(f"ssr must be a jaxdec.spec.SSR (SSR.for_tokenizer(tokenizer, budgets)), "
                     f"got {type(ssr).__name__}")
   model, prompt, prompt_lengths, budget, _, _, stops = _ar_inputs(
       model, prompts, lengths, max_new_tokens, None, None, stop_tokens)
   ssr.check(model.config)
-  rows = prompt.shape[0]
-  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  return model, prompt, prompt_lengths, budget, stops, rows
+  return model, prompt, prompt_lengths, budget, stops, prompt.shape[0]
 
 
 def ssr_generate(model: Model, prompts, ssr, max_new_tokens: int = 448, *, lengths=None,
-                 stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+                 stop_tokens: Sequence[int] | None = None,
+                 stop_strings: Sequence[str] | None = None, tokenizer=None, min_new_tokens=0,
+                 repetition_penalty=1.0, logprobs: bool = False,
+                 stream: streaming.StreamCallback | None = None) -> DecodeOutput:
   """SSR for a reasoning model (one that thinks inside `<think>` ... `</think>`): greedy
   decoding whose final answer is drafted from the model's own answers at partial reasoning
   budgets (`ssr`: `jaxdec.spec.SSR.for_tokenizer(tokenizer, budgets)`). The output equals
-  `generate`'s greedy output token for token; `max_new_tokens` covers reasoning and answer.
-  Two jitted phases, reasoning then answer (`jaxdec.spec.ssr`).
+  `generate`'s greedy output with the same controls (stop strings, min_new_tokens, repetition
+  penalty, logprobs, stream: as `generate`), token for token; `max_new_tokens` covers reasoning
+  and answer (`jaxdec.spec.ssr`).
 
   Returns:
     DecodeOutput like `generate`; `stats` as `jaxdec.spec.ssr_generate`'s: `reasoning_length`,
@@ -272,29 +255,39 @@ def ssr_generate(model: Model, prompts, ssr, max_new_tokens: int = 448, *, lengt
   """
   model, prompt, prompt_lengths, budget, stops, rows = ssr_inputs(
       model, prompts, ssr, max_new_tokens, lengths, stop_tokens)
-  static = dict(buffer_len=decoding.bucket(budget))
-  reasoned = _ssr_reason_jit(model, prompt, prompt_lengths, np.int32(budget), stops, ssr, **static)
-  out = jax.block_until_ready(_ssr_answer_jit(model, reasoned, prompt_lengths, np.int32(budget),
-                                              stops, ssr, **static))
-  out = _gather(model, out, rows)
-  return out.replace(tokens=out.tokens[:, :budget])
+  controls = _controls(model, rows, min_new_tokens=min_new_tokens,
+                       repetition_penalty=repetition_penalty, stop_strings=stop_strings,
+                       tokenizer=tokenizer, logprobs=logprobs)
+  prompt, prompt_lengths, rules = _place(model, prompt, prompt_lengths, controls.rules)
+  with streaming.listening(stream, rows) as call_id:
+    out = _ssr_jit(model, prompt, prompt_lengths, np.int32(budget), stops, ssr, rules,
+                   controls.stops, call_id, buffer_len=decoding.bucket(budget),
+                   logprobs=controls.logprobs, stream=stream is not None)
+    out = jax.block_until_ready(out)
+  return _cut(_gather(model, out, rows), budget)
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len",))
-def _push_forward_jit(student, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, *,
-                      buffer_len):
+@functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
+def _push_forward_jit(student, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, rules,
+                      stops, call_id, *, buffer_len, logprobs, stream):
+  controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
   return kforcing.push_forward_generate(student, prompt, prompt_lengths, max_new_tokens, key,
                                         stop_tokens, buffer_len=buffer_len,
-                                        pad_id=decoding.pad_id(student.model.config))
+                                        pad_id=decoding.pad_id(student.model.config),
+                                        controls=controls)
 
 
 def push_forward_generate(student, prompts, max_new_tokens: int = 64, key: jax.Array | None = None,
-                          *, lengths=None, stop_tokens: Sequence[int] | None = None) -> DecodeOutput:
+                          *, lengths=None, stop_tokens: Sequence[int] | None = None,
+                          stop_strings: Sequence[str] | None = None, tokenizer=None,
+                          min_new_tokens=0, repetition_penalty=1.0, logprobs: bool = False,
+                          stream: streaming.StreamCallback | None = None) -> DecodeOutput:
   """K-Forcing's standalone decoding: a `spec.kforcing.PushForward` student (from
   `jaxdec.load_push_forward`) emits its k tokens per forward with no verification. Lossy: the
   output follows the student's joint law, not the teacher's. Greedy (every noise u = 0, each
   token its slot's argmax) without `key`; with `key`, samples at the temperature the student was
-  distilled at. Other arguments as `generate`.
+  distilled at. Other arguments, the controls included, as `generate` (log-probabilities are
+  the student's own).
 
   Returns:
     DecodeOutput; `stats`: `nfe` (student forwards per row, the prefill included), `steps`,
@@ -310,24 +303,30 @@ def push_forward_generate(student, prompts, max_new_tokens: int = 64, key: jax.A
                                  model.config.max_position_embeddings)
   key = decoding.check_key(key, needed=False, what="sampling")
   stops = decoding.stop_tokens(model.config, stop_tokens)
+  controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
+                       repetition_penalty=repetition_penalty, stop_strings=stop_strings,
+                       tokenizer=tokenizer, logprobs=logprobs)
   rows = prompt.shape[0]
-  prompt, prompt_lengths = _place(model, prompt, prompt_lengths)
-  out = _push_forward_jit(student, prompt, prompt_lengths, np.int32(budget), key, stops,
-                          buffer_len=decoding.bucket(budget))
-  out = _gather(model, jax.block_until_ready(out), rows)
-  return out.replace(tokens=out.tokens[:, :budget])
+  prompt, prompt_lengths, rules = _place(model, prompt, prompt_lengths, controls.rules)
+  with streaming.listening(stream, rows) as call_id:
+    out = _push_forward_jit(student, prompt, prompt_lengths, np.int32(budget), key, stops, rules,
+                            controls.stops, call_id, buffer_len=decoding.bucket(budget),
+                            logprobs=controls.logprobs, stream=stream is not None)
+    out = jax.block_until_ready(out)
+  return _cut(_gather(model, out, rows), budget)
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "stop_early",
-                                             "visible_suffix", "parts"))
+                                             "visible_suffix", "parts", "logprobs", "stream"))
 def _diffusion_jit(model, prompt, prompt_lengths, steps, scheduler, cache, temperature, cfg_scale,
-                   key, stop_tokens, *, gen_length, block_length, eos, stop_early, visible_suffix,
-                   parts):
+                   key, stop_tokens, rules, stops, call_id, *, gen_length, block_length, eos,
+                   stop_early, visible_suffix, parts, logprobs, stream):
+  controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
   return diffusion.diffusion_generate(
       model.params, prompt, prompt_lengths, key, config=model.config, gen_length=gen_length,
       block_length=block_length, steps=steps, scheduler=scheduler, cache=cache,
       temperature=temperature, cfg_scale=cfg_scale, stop_tokens=stop_tokens, eos=eos,
-      stop_early=stop_early, visible_suffix=visible_suffix)
+      stop_early=stop_early, visible_suffix=visible_suffix, controls=controls)
 
 
 def _eos_flags(model: Model, logits_eos_inf: bool, confidence_eos_eot_inf: bool, eos_token_id,
@@ -386,7 +385,10 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                        eos_token_id: int | None = None, eot_token_id: int | None = None,
                        stop_tokens: Sequence[int] | None = None,
                        stop_early: bool = False,
-                       visible_suffix: int | None = None) -> DecodeOutput:
+                       visible_suffix: int | None = None,
+                       stop_strings: Sequence[str] | None = None, tokenizer=None,
+                       min_new_tokens=0, repetition_penalty=1.0, logprobs: bool = False,
+                       stream: streaming.StreamCallback | None = None) -> DecodeOutput:
   """Masked-diffusion decoding (LLaDA / Dream samplers, Fast-dLLM schedulers and caches).
 
   Args:
@@ -414,12 +416,25 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
       from attention (0: as block-diffusion models decode). A `BlockCausal` model (block
       diffusion) never sees later blocks whatever this is; block_length must equal its
       block_size.
+    stop_strings, tokenizer, min_new_tokens, repetition_penalty, logprobs, stream: the controls
+      of `generate` (validated the same way; values traced, per row or scalar), read for a
+      decoder that fills its canvas out of order (`jaxdec.diffusion.diffusion_generate` has the
+      details): a stop string ends `lengths` where it completes in the generated text read left
+      to right (with `stop_early`, a finished block holding one ends the row); stop tokens get
+      -inf logits at generated positions before `min_new_tokens` and ends before it are
+      ignored; the repetition penalty applies at every step, at every window position, to the
+      prompt's tokens and those committed anywhere in the generated region; `out.logprobs`
+      f32[B, gen_length]: each output token's log_softmax under the logits of the step that
+      last wrote it (0 past `lengths`); `stream` gets each row's tokens as they become final,
+      a finished block at a time, cut at the row's end (one call per step in which some row
+      finished a block before its end: a list of one array per row, empty for rows with nothing
+      new); the results are the same with and without it.
 
   Returns:
-    DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `stats` (`nfe` per row,
-    `decoded` canvas tokens per row, `tokens_per_forward` = decoded / nfe per row, `forwards`,
-    `lookaheads` / `lookahead_sequences`: a scheduler's lookahead forwards per row and the
-    sequences they ran).
+    DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `logprobs` (None unless asked
+    for), `stats` (`nfe` per row, `decoded` canvas tokens per row, `tokens_per_forward` =
+    decoded / nfe per row, `forwards`, `lookaheads` / `lookahead_sequences`: a scheduler's
+    lookahead forwards per row and the sequences they ran).
   """
   config = model.config
   gen_length, block_length, steps = _diffusion_lengths(model, gen_length, block_length, steps)
@@ -437,84 +452,38 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
                            what="temperature > 0 or a random confidence")
   eos = _eos_flags(model, logits_eos_inf, confidence_eos_eot_inf, eos_token_id, eot_token_id)
   stops = decoding.stop_tokens(config, stop_tokens)
-  prompt, prompt_lengths, t, scheduler = _place(model, prompt, prompt_lengths,
-                                                np.broadcast_to(t, (batch,)), scheduler)
-  out = _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache, t,
-                       cfg if cfg > 0 else None, key, stops, gen_length=gen_length,
-                       block_length=block_length, eos=eos, stop_early=bool(stop_early),
-                       visible_suffix=visible_suffix,
-                       parts=part_types(scheduler, scheduler.confidence, cache))
+  controls = _controls(model, batch, min_new_tokens=min_new_tokens,
+                       repetition_penalty=repetition_penalty, stop_strings=stop_strings,
+                       tokenizer=tokenizer, logprobs=logprobs)
+  prompt, prompt_lengths, t, scheduler, rules = _place(
+      model, prompt, prompt_lengths, np.broadcast_to(t, (batch,)), scheduler, controls.rules)
+  with streaming.listening(stream, batch) as call_id:
+    out = _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache, t,
+                         cfg if cfg > 0 else None, key, stops, rules, controls.stops, call_id,
+                         gen_length=gen_length, block_length=block_length, eos=eos,
+                         stop_early=bool(stop_early), visible_suffix=visible_suffix,
+                         parts=part_types(scheduler, scheduler.confidence, cache),
+                         logprobs=controls.logprobs, stream=stream is not None)
+    out = jax.block_until_ready(out)
   return _gather(model, out, batch)
 
 
-@functools.partial(jax.jit, static_argnames=("buffer_len",))
+@functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
 def _parallel_jit(model, tokens, positions, segments, reads, lengths, ends, max_new_tokens, key,
-                  stop_tokens, sampling, *, buffer_len):
+                  stop_tokens, sampling, rules, stops, call_id, *, buffer_len, logprobs, stream):
+  controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
   return hpd.parallel_generate(model.params, tokens, positions, segments, reads, lengths, ends,
                                max_new_tokens, key, stop_tokens, config=model.config,
                                buffer_len=buffer_len, sampling=sampling,
-                               pad_id=decoding.pad_id(model.config))
-
-
-def _documents(context, queries) -> list[tuple[np.ndarray, list[np.ndarray]]]:
-  """(context, queries) of one document, or lists of both for several, as int arrays."""
-  def ids(value, what):
-    row = np.asarray(value)
-    if row.ndim != 1 or not (row.size == 0 or np.issubdtype(row.dtype, np.integer)):
-      raise TypeError(f"{what} must be a flat sequence of int token ids, got {row.dtype} with "
-                      f"shape {row.shape}")
-    return row.astype(np.int64)
-
-  if not isinstance(context, (list, tuple, np.ndarray)):
-    raise TypeError(f"context must be a token-id list (or a list of them, one per document), got "
-                    f"{type(context).__name__}")
-  several = len(context) > 0 and not isinstance(context[0], (int, np.integer))
-  contexts, groups = (context, queries) if several else ([context], [queries])
-  if several and (not isinstance(queries, (list, tuple)) or len(queries) != len(contexts)):
-    raise ValueError(f"with {len(contexts)} documents, queries must be a list of {len(contexts)} "
-                     f"query lists (one per document), got {type(queries).__name__} of length "
-                     f"{len(queries) if isinstance(queries, (list, tuple)) else '-'}")
-  documents = []
-  for d, (ctx, qs) in enumerate(zip(contexts, groups)):
-    where = f" of document {d}" if several else ""
-    if not isinstance(qs, (list, tuple)) or not qs:
-      raise ValueError(f"queries{where} must be a non-empty list of token-id lists, got "
-                       f"{qs!r}"[:200])
-    if all(isinstance(q, (int, np.integer)) for q in qs):
-      raise TypeError(f"queries{where} must be a list of queries (token-id lists), got one flat "
-                      f"list of ints; for a single query wrap it in a list: [ids]")
-    rows = [ids(q, f"query {j}{where}") for j, q in enumerate(qs)]
-    for j, q in enumerate(rows):
-      if q.size == 0:
-        raise ValueError(f"query {j}{where} is empty: every query needs at least one token (the "
-                         f"context's own continuation is jaxdec.generate's job)")
-    documents.append((ids(ctx, f"context{where}"), rows))
-  return documents
-
-
-def _check_documents(documents, config, budget: int) -> None:
-  """Every context, query and the budget fit the model's positions and vocabulary (ValueError
-  naming the document and query otherwise)."""
-  limit = config.max_position_embeddings
-  for d, (ctx, qs) in enumerate(documents):
-    where = f" of document {d}" if len(documents) > 1 else ""
-    if len(ctx) >= limit:
-      raise ValueError(f"context{where} has {len(ctx)} tokens, which leaves no room in the "
-                       f"model's maximum of {limit} positions")
-    decoding.check_ids(ctx, config.vocab_size, f"context{where}")
-    for j, q in enumerate(qs):
-      decoding.check_ids(q, config.vocab_size, f"query {j}{where}")
-    longest = int(np.argmax([len(q) for q in qs]))
-    if len(ctx) + len(qs[longest]) + budget > limit:
-      raise ValueError(f"query {longest}{where} has {len(qs[longest])} tokens: with the context's "
-                       f"{len(ctx)} and max_new_tokens={budget} it needs "
-                       f"{len(ctx) + len(qs[longest]) + budget} positions, more than the model's "
-                       f"maximum of {limit}")
+                               pad_id=decoding.pad_id(model.config), controls=controls)
 
 
 def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
                       sampling: Sampling | None = None, key: jax.Array | None = None, *,
-                      stop_tokens: Sequence[int] | None = None, rows: int = 1) -> DecodeOutput:
+                      stop_tokens: Sequence[int] | None = None, rows: int = 1,
+                      stop_strings: Sequence[str] | None = None, tokenizer=None,
+                      min_new_tokens=0, repetition_penalty=1.0, logprobs: bool = False,
+                      stream: streaming.StreamCallback | None = None) -> DecodeOutput:
   """Hyper-Parallel Decoding: decode many independent queries that continue one shared context
   in one row (`jaxdec.hpd`): the context's K/V are computed once, each query continues the
   context's positions in a segment that sees the context and itself only, and every query
@@ -532,20 +501,25 @@ def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
     stop_tokens: ids that end a query (default: the model's EOS ids; () disables stopping).
     rows: spread the documents over this many rows (each document whole, round robin), a batch
       of packed rows.
+    stop_strings, tokenizer, min_new_tokens, repetition_penalty, logprobs: as `generate`, per
+      query (values scalar or one per query); a query's repetition penalty sees its context and
+      its query as its prompt.
+    stream: as `generate`, with one list entry per query (in the order of the output rows).
 
   Returns:
     DecodeOutput with one row per query (documents' queries one after another): `tokens`
     i32[Q, max_new_tokens], `lengths` i32[Q] (a final stop token included); greedy output
     equals `generate(model, [context + query])` for each query. `stats`: `nfe` (forwards per
-    packed row), `tokens_per_forward` (tokens generated per forward in each packed row).
+    packed row), `tokens_per_forward` (tokens generated per forward in each packed row),
+    `forwards_per_query` (forwards each query took part in, the prefill included).
   """
   model = decoding.ar_view(model)
-  documents = _documents(context, queries)
+  documents = hpd.documents(context, queries)
   rows = decoding.positive_int("rows", rows)
   budget = decoding.positive_int("max_new_tokens", max_new_tokens)
   if rows > len(documents):
     raise ValueError(f"rows={rows} exceeds the {len(documents)} documents to spread over them")
-  _check_documents(documents, model.config, budget)
+  hpd.check_documents(documents, model.config, budget)
   flat = [q for _, qs in documents for q in qs]
   sampling = decoding.check_sampling(sampling, len(flat))
   key = decoding.check_key(
@@ -553,32 +527,27 @@ def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
       unused="sampling is None, which decodes greedily (no randomness); pass "
              "sampling=jaxdec.Sampling.create(temperature=...)")
   stops = decoding.stop_tokens(model.config, stop_tokens)
-  widest = max(sum(len(c) + sum(len(q) for q in qs) for c, qs in documents[r::rows])
-               for r in range(rows))
-  most = max(sum(len(qs) for _, qs in documents[r::rows]) for r in range(rows))
-  # Width in steps of 64 (not a power of two): every step attends over all of a row's slots, so
-  # rounding 278 up to 512 would nearly double each step's attention.
-  packed = hpd.pack(documents, rows=rows, width=-(-widest // 64) * 64,
-                    streams=decoding.bucket(most, minimum=4))
+  controls = _controls(model, len(flat), min_new_tokens=min_new_tokens,
+                       repetition_penalty=repetition_penalty, stop_strings=stop_strings,
+                       tokenizer=tokenizer, logprobs=logprobs)
+  packed = hpd.layout(documents, rows)
   streams = packed.ends.shape[1]
   index = np.asarray([r * streams + n for r, n in packed.order])
-  if sampling is not None:  # Per query -> per (row, stream) slot.
-    sampling = Sampling(*(_scatter(np.asarray(x), index, rows * streams)
-                          for x in (sampling.temperature, sampling.top_k, sampling.top_p)))
-  out = _parallel_jit(model, packed.tokens, packed.positions, packed.segments, packed.reads,
-                      packed.lengths, packed.ends, np.int32(budget), key, stops, sampling,
-                      buffer_len=decoding.bucket(budget))
-  out = jax.block_until_ready(out)
+  per_slot = lambda x: hpd.per_slot(x, index, rows * streams)  # Per query -> per (row, stream).
+  sampling = None if sampling is None else per_slot(sampling)
+  rules = None if controls.rules is None else per_slot(controls.rules)
+  with streaming.listening(stream, rows * streams, order=index) as call_id:
+    out = _parallel_jit(model, packed.tokens, packed.positions, packed.segments, packed.reads,
+                        packed.lengths, packed.ends, np.int32(budget), key, stops, sampling, rules,
+                        controls.stops, call_id, buffer_len=decoding.bucket(budget),
+                        logprobs=controls.logprobs, stream=stream is not None)
+    out = jax.block_until_ready(out)
   tokens = np.asarray(out.tokens).reshape(rows * streams, -1)[index, :budget]
   lengths = np.asarray(out.lengths).reshape(-1)[index]
-  nfe = np.asarray(out.stats["nfe"])
-  made = np.asarray(out.lengths).sum(axis=1)
-  return DecodeOutput(tokens=tokens, lengths=lengths,
-                      stats={"nfe": nfe, "steps": np.asarray(out.stats["steps"]),
-                             "tokens_per_forward": made / nfe})
-
-
-def _scatter(values: np.ndarray, index: np.ndarray, size: int) -> np.ndarray:
-  out = np.zeros((size,), values.dtype)
-  out[index] = values
-  return out
+  logp = None
+  if out.logprobs is not None:
+    logp = np.asarray(out.logprobs).reshape(rows * streams, -1)[index, :budget]
+  stats = jax.tree.map(np.asarray, out.stats)
+  stats = stats.replace(extra={"forwards_per_query":
+                               stats["stream_forwards"].reshape(-1)[index]})
+  return DecodeOutput(tokens=tokens, lengths=lengths, logprobs=logp, stats=stats)

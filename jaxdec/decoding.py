@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdec.controls import Controls, ControlState, token_logprobs
+from jaxdec.controls import Controls, ControlState, LogitsRules, StopStrings, token_logprobs
 from jaxdec.model import (KVCache, Model, ModelConfig, decode_hidden, embed, hidden_mask_keys,
                           unembed)
 from jaxdec.sampling import Sampling, check_values, sample_tokens
@@ -492,3 +492,29 @@ def finite_values(name: str, value, batch: int, low: float = -math.inf, high: fl
     bounds = f"{'(' if low_open else '['}{low}, {high}]"
     raise ValueError(f"{name} must be finite and in {bounds}, got {value!r}")
   return array.astype(np.float32)
+
+
+def check_controls(vocab_size: int, batch: int, *, min_new_tokens=0, repetition_penalty=1.0,
+                   stop_strings=None, tokenizer=None, logprobs: bool = False) -> Controls:
+  """The validated controls of one call (rules and stop strings None when unused) for a model
+  of `vocab_size` tokens: every decoding entry point validates them here."""
+  penalty = finite_values("repetition_penalty", repetition_penalty, batch, 0.0, low_open=True)
+  least = counts("min_new_tokens", min_new_tokens, batch)
+  rules = None
+  if (penalty != 1.0).any() or (least > 0).any():
+    rules = LogitsRules(repetition_penalty=np.broadcast_to(penalty, (batch,)),
+                        min_new_tokens=np.broadcast_to(least, (batch,)))
+  stops = None
+  if stop_strings is not None and not isinstance(stop_strings, str) and len(stop_strings) == 0:
+    stop_strings = None  # [] means none, as stop_tokens=() does.
+  if stop_strings is not None:
+    if tokenizer is None:
+      raise ValueError("stop_strings need the model's tokenizer to match text: pass tokenizer="
+                       "jaxdec.load_tokenizer(...)")
+    if tokenizer.vocab_size > vocab_size:
+      raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
+                       f"vocabulary of {vocab_size}: not this model's tokenizer")
+    stops = StopStrings.create(tokenizer, stop_strings, vocab_size)
+  if not isinstance(logprobs, bool):
+    raise TypeError(f"logprobs must be True or False, got {logprobs!r}")
+  return Controls(rules=rules, stops=stops, logprobs=logprobs)

@@ -32,7 +32,8 @@ from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls
-from jaxdec.decoding import DecodeOutput, DecodeStats, Decoding, LoopState, typed_key
+from jaxdec.decoding import (DecodeOutput, DecodeStats, Decoding, LoopState, bucket, check_ids,
+                             typed_key)
 from jaxdec.model import KVCache, ModelConfig, Segments, decode_hidden, embed, forward, unembed
 from jaxdec.model.kv_cache import write_slots
 from jaxdec.sampling import Sampling
@@ -98,6 +99,88 @@ def pack(documents, rows: int = 1, width: int | None = None, streams: int | None
   return Packed(tokens, positions, segments, reads, lengths, ends,
                 tuple(p for placed in order for p in placed))
 
+
+# ---- host side: the documents checked and laid out -------------------------------------------
+
+def documents(context, queries) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+  """(context, queries) of one document, or lists of both for several, as int arrays."""
+  def ids(value, what):
+    row = np.asarray(value)
+    if row.ndim != 1 or not (row.size == 0 or np.issubdtype(row.dtype, np.integer)):
+      raise TypeError(f"{what} must be a flat sequence of int token ids, got {row.dtype} with "
+                      f"shape {row.shape}")
+    return row.astype(np.int64)
+
+  if not isinstance(context, (list, tuple, np.ndarray)):
+    raise TypeError(f"context must be a token-id list (or a list of them, one per document), got "
+                    f"{type(context).__name__}")
+  several = len(context) > 0 and not isinstance(context[0], (int, np.integer))
+  contexts, groups = (context, queries) if several else ([context], [queries])
+  if several and (not isinstance(queries, (list, tuple)) or len(queries) != len(contexts)):
+    raise ValueError(f"with {len(contexts)} documents, queries must be a list of {len(contexts)} "
+                     f"query lists (one per document), got {type(queries).__name__} of length "
+                     f"{len(queries) if isinstance(queries, (list, tuple)) else '-'}")
+  documents = []
+  for d, (ctx, qs) in enumerate(zip(contexts, groups)):
+    where = f" of document {d}" if several else ""
+    if not isinstance(qs, (list, tuple)) or not qs:
+      raise ValueError(f"queries{where} must be a non-empty list of token-id lists, got "
+                       f"{qs!r}"[:200])
+    if all(isinstance(q, (int, np.integer)) for q in qs):
+      raise TypeError(f"queries{where} must be a list of queries (token-id lists), got one flat "
+                      f"list of ints; for a single query wrap it in a list: [ids]")
+    rows = [ids(q, f"query {j}{where}") for j, q in enumerate(qs)]
+    for j, q in enumerate(rows):
+      if q.size == 0:
+        raise ValueError(f"query {j}{where} is empty: every query needs at least one token (the "
+                         f"context's own continuation is jaxdec.generate's job)")
+    documents.append((ids(ctx, f"context{where}"), rows))
+  return documents
+
+
+def check_documents(documents, config, budget: int) -> None:
+  """Every context, query and the budget fit the model's positions and vocabulary (ValueError
+  naming the document and query otherwise)."""
+  limit = config.max_position_embeddings
+  for d, (ctx, qs) in enumerate(documents):
+    where = f" of document {d}" if len(documents) > 1 else ""
+    if len(ctx) >= limit:
+      raise ValueError(f"context{where} has {len(ctx)} tokens, which leaves no room in the "
+                       f"model's maximum of {limit} positions")
+    check_ids(ctx, config.vocab_size, f"context{where}")
+    for j, q in enumerate(qs):
+      check_ids(q, config.vocab_size, f"query {j}{where}")
+    longest = int(np.argmax([len(q) for q in qs]))
+    if len(ctx) + len(qs[longest]) + budget > limit:
+      raise ValueError(f"query {longest}{where} has {len(qs[longest])} tokens: with the context's "
+                       f"{len(ctx)} and max_new_tokens={budget} it needs "
+                       f"{len(ctx) + len(qs[longest]) + budget} positions, more than the model's "
+                       f"maximum of {limit}")
+
+
+def layout(documents, rows: int) -> Packed:
+  """`pack` at the static sizes the API compiles for: width in steps of 64 (not a power of two:
+  every step attends over all of a row's slots, so rounding 278 up to 512 would nearly double
+  each step's attention), streams a bucketed count."""
+  widest = max(sum(len(c) + sum(len(q) for q in qs) for c, qs in documents[r::rows])
+               for r in range(rows))
+  most = max(sum(len(qs) for _, qs in documents[r::rows]) for r in range(rows))
+  return pack(documents, rows=rows, width=-(-widest // 64) * 64, streams=bucket(most, minimum=4))
+
+
+def per_slot(tree, index: np.ndarray, size: int):
+  """Per-query values (each leaf [Q]) at their (row, stream) slots `index` of `size`; slots
+  without a stream repeat the first value."""
+  return jax.tree.map(lambda v: _scatter(np.asarray(v), index, size), tree)
+
+
+def _scatter(values: np.ndarray, index: np.ndarray, size: int) -> np.ndarray:
+  out = np.full((size,), values.reshape(-1)[0], values.dtype)
+  out[index] = values
+  return out
+
+
+# ---- device side -------------------------------------------------------------------------------
 
 @struct.dataclass
 class _Carry:
@@ -189,7 +272,7 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
   per_stream = lambda x: None if x is None else x.reshape(batch, streams, *x.shape[1:])
   nfe = jnp.broadcast_to(out.stats["steps"] + 1, (batch,))
   made = jnp.sum(per_stream(out.lengths), axis=1)
-  stats = DecodeStats.create(nfe, out.stats["steps"], made.astype(jnp.float32) / nfe,
+  stats = DecodeStats.create(nfe, out.stats["steps"], made.astype(jnp.float32) / nfe.astype(jnp.float32),
                              stream_forwards=per_stream(out.stats["nfe"]))
   return DecodeOutput(tokens=per_stream(out.tokens), lengths=per_stream(out.lengths),
                       stats=stats, logprobs=per_stream(out.logprobs))

@@ -59,24 +59,23 @@ def complete(model, tokenizer, texts: Sequence[str], max_new_tokens: int = 64, *
   tokenizer's BOS rule.
 
   Args:
-    stream: called as `stream(row, text_piece)` while AR / speculative decoding runs.
+    stream: called as `stream(row, text_piece)` while decoding runs (diffusion: a block's text
+      once the block is finished).
     stop_strings: a completion ends where one completes; the text is cut right after it.
     return_output: also return the `DecodeOutput` (ids, lengths, stats, logprobs).
   """
   if isinstance(texts, str):
     raise TypeError("texts must be a list of strings; for one text write [text]")
   prompts = [tokenizer.encode(t) for t in texts]
+  listener = None if stream is None else TextStream(tokenizer, len(prompts), stream)
+  common = dict(stop_strings=stop_strings, tokenizer=tokenizer, stream=listener, **kwargs)
   if not model.config.is_causal:
-    if stream is not None:
-      raise ValueError("stream is for AR and speculative decoding; diffusion decodes whole "
-                       "blocks at once")
-    out = api.diffusion_generate(model, prompts, gen_length=max_new_tokens, **kwargs)
+    out = api.diffusion_generate(model, prompts, gen_length=max_new_tokens, **common)
+  elif drafter is None:
+    out = api.generate(model, prompts, max_new_tokens=max_new_tokens, **common)
   else:
-    listener = None if stream is None else TextStream(tokenizer, len(prompts), stream)
-    common = dict(max_new_tokens=max_new_tokens, stop_strings=stop_strings, tokenizer=tokenizer,
-                  stream=listener, **kwargs)
-    out = (api.generate(model, prompts, **common) if drafter is None
-           else api.speculative_generate(model, prompts, drafter, **common))
+    out = api.speculative_generate(model, prompts, drafter, max_new_tokens=max_new_tokens,
+                                   **common)
   completions = _decode(tokenizer, out, stop_strings)
   return (completions, out) if return_output else completions
 

@@ -8,6 +8,11 @@ the scheduler decides the window's new tokens and whether the current block is f
 advance independently (their own block, step and forward count), so a ragged batch gives each
 row what it would get alone. Budgets (`steps`, thresholds, temperature) are traced; shapes are
 static.
+
+The controls of the token loops (`jaxdec.controls`) apply here too, read for a decoder that
+fills a canvas out of order (see `denoise`): their rules shape every step's window logits, stop
+strings and stop tokens cut `lengths`, and a block's tokens are final (and streamed) once the
+row finishes it, since blocks commit left to right.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdec.decoding import DecodeOutput, check_returned, positions, rows_until_stop, typed_key
+from jaxdec.controls import Controls, ControlState, mark, token_logprobs
+from jaxdec.decoding import (DecodeOutput, DecodeStats, check_returned, positions, rows_until_stop,
+                             typed_key)
 from jaxdec.decoding import pad_id as default_pad_id
 from jaxdec.diffusion.caches import CanvasView, DiffusionCache, NoCache
 from jaxdec.diffusion.llada import FixedSteps
@@ -142,6 +149,12 @@ class _State:
   forwards: jax.Array  # i32[]: batched forwards run.
   cache: Any  # The cache's state.
   scheduler: Any  # The scheduler's state.
+  # Controls (None unless asked for): the bytes of the row's finished blocks (stop strings),
+  # whether its output ended in a finished block (streaming), the log-probability of each
+  # canvas token when it was written.
+  history: jax.Array | None = None  # i16[B, H].
+  ended: jax.Array | None = None  # bool[B].
+  logprobs: jax.Array | None = None  # f32[B, W].
 
 
 @struct.dataclass
@@ -161,6 +174,9 @@ class _Setting:
   prompt_lengths: jax.Array
   per_block: jax.Array
   stop_tokens: jax.Array  # i32[E].
+  controls: Controls = Controls()
+  prompt: jax.Array | None = None  # i32[B, P]: the prompts as given (repetition penalty).
+  given_lengths: jax.Array | None = None  # i32[B]: their lengths.
 
   @property
   def num_blocks(self) -> int:
@@ -186,7 +202,7 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
 
   def one(window_tokens):
     x = s.x.at[rows[:, None], jnp.where(inside, place, s.x.shape[1])].set(window_tokens, mode="drop")
-    return c.cache.logits(s.cache, c.denoiser, view.replace(x=x))[0]
+    return _ruled(c, x, c.cache.logits(s.cache, c.denoiser, view.replace(x=x))[0], place)
 
   def lookahead(window_tokens):
     lookaheads.append(window_tokens.shape[1] if window_tokens.ndim == 3 else 1)
@@ -200,6 +216,70 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
       block_masks=jnp.where(s.step == 0, masked, s.block_masks), masked=masked, block=s.block,
       mask_id=mask_id, lookahead=lookahead)
   return step_view, lookaheads
+
+
+def _ruled(c: _Setting, x: jax.Array, logits: jax.Array, place: jax.Array) -> jax.Array:
+  """The window's logits f32[B, N, V] under the controls' rules (as they are without rules):
+  CTRL's penalty on every token of the prompt or committed (not a mask) anywhere in the
+  generated region of canvas x i32[B, W], at every window position; the stop tokens at -inf at
+  generated positions before `min_new_tokens`."""
+  rules = c.controls.rules
+  if rules is None:
+    return logits
+  batch, vocab = x.shape[0], logits.shape[-1]
+  given = jnp.arange(c.prompt.shape[1])[None, :] < c.given_lengths[:, None]
+  seen = mark(jnp.zeros((batch, vocab), bool), c.prompt, given)
+  generated = jnp.take_along_axis(x, positions(batch, c.gen_length, c.prompt_lengths), axis=1)
+  seen = mark(seen, generated, generated != c.denoiser.mask_token_id)
+  index = place - c.prompt_lengths[:, None]  # Generated tokens before each window position.
+  return rules.apply(logits, jnp.broadcast_to(seen[:, None, :], logits.shape), index,
+                     c.stop_tokens)
+
+
+def _ends(c: _Setting, tokens: jax.Array, first: jax.Array, history: jax.Array | None):
+  """Where generated tokens i32[B, K] (the first of them the row's generated token `first`
+  i32[B]) end the row's output: bool[B, K] at a stop token or where a stop string completes
+  after `history` (the bytes before them), none before `min_new_tokens`; and the history after
+  them (None without stop strings)."""
+  stops = jnp.isin(tokens, c.stop_tokens)
+  controls = c.controls
+  if controls.rules is not None:
+    index = first[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    stops = stops & (index >= controls.rules.min_new_tokens[:, None])
+  if controls.stops is None:
+    return stops, None
+  hits, histories = controls.stop_hits(ControlState(None, history), tokens, first)
+  return stops | hits, histories[:, -1]
+
+
+def _first_ends(stops: jax.Array) -> jax.Array:
+  """i32[B]: tokens up to and including the first end of each row (all K if none)."""
+  return jnp.where(jnp.any(stops, axis=1), jnp.argmax(stops, axis=1) + 1,
+                   stops.shape[1]).astype(jnp.int32)
+
+
+def _finish_blocks(c: _Setting, s: _State, x: jax.Array, start: jax.Array, finished: jax.Array,
+                   block: jax.Array):
+  """What a row finishing its block does (its tokens are final: blocks commit left to right):
+  with `stop_early`, a block holding an end of the output ends the row (later blocks stay
+  masked); the stop-string history moves past the block; a stream gets the block's tokens up to
+  the row's end. Returns (block, history, ended)."""
+  batch = x.shape[0]
+  tokens = jnp.take_along_axis(x, positions(batch, c.block_length, start), axis=1)
+  if c.controls.rules is None and c.controls.stops is None:
+    stops, history = jnp.isin(tokens, c.stop_tokens), None  # The program without controls.
+  else:
+    stops, history = _ends(c, tokens, s.block * c.block_length, s.history)
+  stopped = finished & stops.any(axis=1)
+  if c.stop_early:
+    block = jnp.where(stopped, c.num_blocks, block)
+  history = s.history if history is None else jnp.where(finished[:, None], history, s.history)
+  ended = s.ended
+  if c.controls.on_step is not None:
+    count = jnp.where(finished & ~ended, _first_ends(stops), 0)
+    c.controls.on_step(tokens, count)
+    ended = ended | stopped
+  return block, history, ended
 
 
 def _held(advance: jax.Array, new, old):
@@ -226,11 +306,12 @@ def _step(c: _Setting, s: _State) -> _State:
   view = CanvasView(x=s.x, start=start, active=active, step=s.step, lengths=seen,
                     window=c.window, gen_length=c.gen_length,
                     shift=int(c.denoiser.shifted_logits))
-  logits, advance, cache = c.cache.logits(s.cache, c.denoiser, view)
-  check_returned(c.cache, "logits", logits=(logits, (batch, c.window, None)),
+  raw, advance, cache = c.cache.logits(s.cache, c.denoiser, view)
+  check_returned(c.cache, "logits", logits=(raw, (batch, c.window, None)),
                  advance=(advance, (batch,)))
   place = positions(batch, c.window, start)  # i32[B, N]: canvas positions of the window.
   inside = place < lengths[:, None]  # Windows that reach past the last block hold nothing.
+  logits = _ruled(c, s.x, raw, place)
   step_view, lookaheads = _step_view(c, s, view, logits, advance, place, inside)
   decision, scheduler = c.scheduler.step(s.scheduler, step_view)
   check_returned(c.scheduler, "step", tokens=(decision.tokens, (batch, c.window)),
@@ -247,16 +328,22 @@ def _step(c: _Setting, s: _State) -> _State:
   filled = step_view.masked - left  # i32[B]: masks this forward filled.
   committed = s.committed.at[rows, jnp.where(advance, s.nfe, c.gen_length)].set(filled, mode="drop")
   block = s.block + finished.astype(jnp.int32)
-  if c.stop_early:  # A finished block holding a stop token ends the row: later blocks stay masked.
-    ended = jnp.take_along_axis(x, positions(batch, c.block_length, start), axis=1)
-    block = jnp.where(finished & jnp.isin(ended, c.stop_tokens).any(axis=1), c.num_blocks, block)
+  history, ended = s.history, s.ended
+  if c.stop_early or c.controls.on_step is not None:
+    block, history, ended = _finish_blocks(c, s, x, start, finished, block)
+  logprobs = s.logprobs
+  if logprobs is not None:  # Each written token's log-probability under this step's logits.
+    wrote = (advance[:, None] & inside & (tokens != step_view.tokens)
+             & (tokens != step_view.mask_id))
+    logprobs = logprobs.at[rows[:, None], jnp.where(wrote, place, width)].set(
+        token_logprobs(raw, tokens), mode="drop")
   return _State(x=x, block=block,
                 step=jnp.where(finished, 0, step), block_masks=step_view.block_masks,
                 nfe=s.nfe + advance.astype(jnp.int32) * (1 + len(lookaheads)),
                 lookaheads=s.lookaheads + advance.astype(jnp.int32) * len(lookaheads),
                 hypotheses=s.hypotheses + advance.astype(jnp.int32) * sum(lookaheads),
                 committed=committed, forwards=s.forwards + 1 + len(lookaheads), cache=cache,
-                scheduler=scheduler)
+                scheduler=scheduler, history=history, ended=ended, logprobs=logprobs)
 
 
 def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
@@ -265,8 +352,11 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
             cache: DiffusionCache | None = None, temperature: jax.Array | float = 0.0,
             cfg_scale: jax.Array | float | None = None, stop_tokens: jax.Array | None = None,
             eos: EosFlags = EosFlags(), pad_id: int = 0, stop_early: bool = False,
-            visible_suffix: int | None = None) -> DecodeOutput:
+            visible_suffix: int | None = None, controls: Controls = Controls()) -> DecodeOutput:
   """Fill gen_length masks after each prompt; see `diffusion_generate` for the arguments."""
+  if not isinstance(controls, Controls):
+    raise TypeError(f"controls must be a jaxdec.controls.Controls, got {type(controls).__name__}")
+  given, given_lengths = (prompt, prompt_lengths) if controls.rules is not None else (None, None)
   scheduler = FixedSteps() if scheduler is None else scheduler
   cache = NoCache() if cache is None else cache
   if gen_length % block_length:
@@ -299,13 +389,13 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
       prompt_lengths=prompt_lengths, per_block=jnp.asarray(steps, jnp.int32) // num_blocks,
       eos=eos, block_length=block_length, gen_length=gen_length, stop_early=stop_early,
       visible_suffix=visible_suffix,
-      stop_tokens=stop_tokens)
+      stop_tokens=stop_tokens, controls=controls, prompt=given, given_lengths=given_lengths)
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _State(x=x, block=zeros, step=zeros, block_masks=zeros, nfe=zeros, lookaheads=zeros,
                  hypotheses=zeros,
                  committed=jnp.zeros((batch, gen_length), jnp.int32),
                  forwards=jnp.zeros((), jnp.int32), cache=cache.init(denoiser, batch, canvas),
-                 scheduler=scheduler.init(batch, setting.window))
+                 scheduler=scheduler.init(batch, setting.window), **_control_carry(setting, x))
   state = jax.lax.while_loop(lambda s: jnp.any(s.block < num_blocks),
                              lambda s: _step(setting, s), state)
 
@@ -313,12 +403,43 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
   left = tokens == mask_id  # Only after an early stop.
   decoded = gen_length - jnp.sum(left, axis=1, dtype=jnp.int32)
   tokens = jnp.where(left, pad_id, tokens)
-  stats = {"nfe": state.nfe, "forwards": state.forwards, "committed": state.committed,
-           "lookaheads": state.lookaheads, "lookahead_sequences": state.hypotheses,
-           "decoded": decoded,
-           "tokens_per_forward": decoded.astype(jnp.float32) / state.nfe.astype(jnp.float32),
-           "scheduler": state.scheduler}
-  return DecodeOutput(tokens=tokens, lengths=rows_until_stop(tokens, stop_tokens), stats=stats)
+  lengths = _output_lengths(setting, tokens)
+  logprobs = None
+  if state.logprobs is not None:
+    logprobs = jnp.take_along_axis(state.logprobs, positions(batch, gen_length, prompt_lengths), 1)
+    logprobs = jnp.where(jnp.arange(gen_length)[None, :] < lengths[:, None], logprobs, 0.0)
+  # nfe, tokens_per_forward and steps mean what they mean in the token loops (`DecodeStats`);
+  # `forwards` (batched forwards) is `steps` under its older name. Tokens per forward counts the
+  # canvas tokens decoded (an early stop leaves later blocks undecoded).
+  stats = DecodeStats.create(
+      state.nfe, state.forwards, decoded.astype(jnp.float32) / state.nfe.astype(jnp.float32),
+      forwards=state.forwards, committed=state.committed, lookaheads=state.lookaheads,
+      lookahead_sequences=state.hypotheses, decoded=decoded, scheduler=state.scheduler)
+  return DecodeOutput(tokens=tokens, lengths=lengths, stats=stats, logprobs=logprobs)
+
+
+def _control_carry(c: _Setting, x: jax.Array) -> dict:
+  """The controls' part of the first carry: only what the call's controls read."""
+  batch, width = x.shape
+  controls, carry = c.controls, {}
+  if controls.stops is not None and (c.stop_early or controls.on_step is not None):
+    carry["history"] = controls.stops.blank(batch)
+  if controls.on_step is not None:
+    carry["ended"] = jnp.zeros((batch,), bool)
+  if controls.logprobs:
+    carry["logprobs"] = jnp.zeros((batch, width), jnp.float32)
+  return carry
+
+
+def _output_lengths(c: _Setting, tokens: jax.Array) -> jax.Array:
+  """i32[B]: each row's output, up to and including its first stop token or completed stop
+  string (read left to right over the generated tokens, none before `min_new_tokens`)."""
+  if c.controls.rules is None and c.controls.stops is None:
+    return rows_until_stop(tokens, c.stop_tokens)
+  batch = tokens.shape[0]
+  history = None if c.controls.stops is None else c.controls.stops.blank(batch)
+  stops, _ = _ends(c, tokens, jnp.zeros((batch,), jnp.int32), history)
+  return _first_ends(stops)
 
 
 def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
@@ -328,7 +449,8 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                        cfg_scale: jax.Array | float | None = None,
                        stop_tokens: jax.Array | None = None,
                        eos: EosFlags = EosFlags(), stop_early: bool = False,
-                       visible_suffix: int | None = None) -> DecodeOutput:
+                       visible_suffix: int | None = None,
+                       controls: Controls = Controls()) -> DecodeOutput:
   """Masked-diffusion decoding with a bidirectional (LLaDA, Dream, pycode-dlm) or block-causal
   (block diffusion: gsm-dlm) jaxdec model.
 
@@ -350,9 +472,9 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
       is traced): logits = u + (w + 1)(c - u), u from the canvas with the prompt masked.
     stop_tokens: i32[E]: `lengths` cuts after the first of them.
     eos: LLaDA's EOS flags (`EosFlags`).
-    stop_early: static; a row ends once a block it finishes holds a stop token, so no forwards
-      are spent past its answer (its later blocks come back as pad). Off, as LLaDA's reference
-      sampler, every block is decoded.
+    stop_early: static; a row ends once a block it finishes holds a stop token (or a completed
+      stop string), so no forwards are spent past its answer (its later blocks come back as
+      pad). Off, as LLaDA's reference sampler, every block is decoded.
     visible_suffix: static; None (LLaDA, Dream): the model sees the whole canvas, every later
       block's masks included; k: only the first k positions after the active window (0: none,
       as block-diffusion models decode), the rest hidden from attention. A model that has not
@@ -360,16 +482,37 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
       `BlockCausal` model (block diffusion) never sees later blocks whatever this is, and
       block_length must equal its block_size (its positions are shifted per row so each
       generation starts on a block of its pattern: `aligned_offsets`).
+    controls: `jaxdec.controls.Controls` (rules and stop strings traced, logprobs and the
+      streaming hook static; none by default, which costs nothing). The token loops' readings,
+      made for a decoder that fills its canvas out of order:
+      - stop strings: a row's output ends where a stop string completes in its generated text
+        read left to right (the completing token kept), as a stop token ends it: `lengths` is
+        cut there; with `stop_early` a finished block holding such a completion ends the row.
+      - min_new_tokens: the stop tokens' logits are -inf at generated positions before it (no
+        stop token is proposed there), and stop tokens or strings ending before it are ignored
+        when cutting `lengths`.
+      - repetition penalty: at every step, each token present in the prompt or committed (not a
+        mask) anywhere in the row's generated region has its logit penalised (CTRL's rule, as
+        `LogitsRules.apply`) at every window position, before proposals and confidences; a
+        scheduler's lookahead forwards get the same rule on the canvas they see.
+      - logprobs: each output token's log-probability, log_softmax of the model's logits at its
+        position in the last step that wrote it (committed, or edited by a T2T scheduler; a
+        lookahead's logits are never used), before rules and temperature; 0 past `lengths`.
+      - on_step (streaming): called once per step with each row's current block i32[B, L] and
+        count i32[B]: the block's tokens, up to the row's end, when the row finished the block
+        this step (its tokens are then final: blocks commit left to right), else 0.
 
   Returns:
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
-    (tokens up to and including the first stop token, gen_length if none); stats `nfe` i32[B]
-    forwards used by each row, `lookaheads` i32[B] of which a scheduler's lookahead forwards
-    (`lookahead_sequences` i32[B]: the sequences they ran, H per [B, H, N] call), `decoded` i32[B] canvas tokens decoded (gen_length unless the row
-    stopped early), `tokens_per_forward` f32[B] = decoded / nfe, `forwards` i32[]
-    batched forwards, `committed` i32[B, gen_length]: masks that row b's n-th forward filled
-    (0 for a scheduler's lookahead forwards and for n >= nfe; forwards past the gen_length-th
-    are not recorded); `scheduler`: the scheduler's final state (e.g. `Editing`'s edit counts).
+    (tokens up to and including the first stop token or stop string, gen_length if none);
+    stats `nfe` i32[B] forwards used by each row, `lookaheads` i32[B] of which a scheduler's
+    lookahead forwards (`lookahead_sequences` i32[B]: the sequences they ran, H per [B, H, N]
+    call), `decoded` i32[B] canvas tokens decoded (gen_length unless the row stopped early),
+    `tokens_per_forward` f32[B] = decoded / nfe, `steps` / `forwards` i32[] batched forwards,
+    `committed` i32[B, gen_length]: masks that row b's n-th forward filled (0 for a
+    scheduler's lookahead forwards and for n >= nfe; forwards past the gen_length-th are not
+    recorded); `scheduler`: the scheduler's final state (e.g. `Editing`'s edit counts);
+    logprobs f32[B, gen_length] when `controls.logprobs`, else None.
   """
   if config.is_causal:
     raise ValueError("the diffusion sampler needs a bidirectional model; this config is causal "
@@ -381,4 +524,4 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
                  gen_length=gen_length, block_length=block_length, steps=steps,
                  scheduler=scheduler, cache=cache, temperature=temperature, cfg_scale=cfg_scale,
                  stop_tokens=stop_tokens, eos=eos, pad_id=default_pad_id(config),
-                 stop_early=stop_early, visible_suffix=visible_suffix)
+                 stop_early=stop_early, visible_suffix=visible_suffix, controls=controls)
