@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls
@@ -20,16 +21,27 @@ from jaxdec.model import KVCache, ModelConfig, forward
 from jaxdec.sampling import Sampling
 
 
+@struct.dataclass
+class ARCarry:
+  """AR's part of the loop carry: the KV cache (the committed tokens but the last) and the last
+  committed token i32[B], fed next (carried, so a step reads no sequence slot)."""
+
+  cache: KVCache
+  last: jax.Array
+
+
 def step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig) -> LoopState:
   """One token per row: feed the last committed token (the cache holds the ones before it),
-  choose the next under the controls, commit it. `s.method` is the KV cache."""
-  last = jnp.take_along_axis(s.seq, (s.total - 1)[:, None], axis=1)
-  logits, _, cache = forward(params, last, (s.total - 1)[:, None], s.method, config=config)
+  choose the next under the controls, commit it."""
+  m: ARCarry = s.method
+  logits, _, cache = forward(params, m.last[:, None], (s.total - 1)[:, None], m.cache,
+                             config=config)
   token = decoding.choose(d, s, logits[:, 0])
   active = s.active
   s, _ = decoding.commit(d, s, token[:, None], jnp.ones_like(s.total), logits)
-  cache = cache.with_length(jnp.where(active, cache.length, s.method.length))
-  return s.replace(method=cache, forwards=s.forwards + active.astype(jnp.int32))
+  cache = cache.with_length(jnp.where(active, cache.length, m.cache.length))
+  return s.replace(method=ARCarry(cache=cache, last=jnp.where(active, token, m.last)),
+                   forwards=s.forwards + active.astype(jnp.int32))
 
 
 def start(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
@@ -39,8 +51,10 @@ def start(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Arra
   capacity = width + buffer_len
   cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
-  s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size, cache)
-  return decoding.first_token(d, s, logits)
+  s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size)
+  s = decoding.first_token(d, s, logits)
+  last = jnp.take_along_axis(s.seq, (s.total - 1)[:, None], axis=1)[:, 0]
+  return s.replace(method=ARCarry(cache=cache, last=last))
 
 
 def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new_tokens: jax.Array,
