@@ -83,7 +83,7 @@ def _with_hook(controls: Controls, stream: bool, call_id) -> Controls:
 
 
 @functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
-def _generate_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling,
+def _generate_jit(model, prompt, prompt_lengths, sampling, max_new_tokens, key, stop_tokens,
                   rules, stops, call_id, *, buffer_len, logprobs, stream):
   controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
   return ar.generate(model.params, prompt, prompt_lengths, max_new_tokens, key, stop_tokens,
@@ -91,20 +91,20 @@ def _generate_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_token
                      pad_id=decoding.pad_id(model.config), controls=controls)
 
 
-def _run_ar_style(model: Model, jitted, inputs, controls: Controls, stream, *parts, **static):
-  """What `generate` and `speculative_generate` share after validation: place the per-row
-  inputs, run the jitted loop (listening for a stream), gather the real rows, cut the outputs
-  to the budget. `parts` (drafter, verifier) go between `sampling` and the controls."""
-  prompt, prompt_lengths, budget, sampling, key, stops = inputs
-  rows = prompt.shape[0]
-  prompt, prompt_lengths, sampling, rules = _place(model, prompt, prompt_lengths, sampling,
-                                                   controls.rules)
+def _run(model: Model, jitted, per_row: tuple, args: tuple, controls: Controls, stream, *,
+         cut: int | None = None, first=None, **static) -> DecodeOutput:
+  """The shell every entry point shares after validation: place the per-row inputs (prompts
+  first) and the controls' rules on the model's mesh, run the jitted loop while listening for a
+  stream, gather the real rows, and cut the outputs to the budget `cut`. The jitted function
+  takes (`first`, else the model; *per_row; *args; rules, stop strings, call id)."""
+  rows = per_row[0].shape[0]
+  *placed, rules = _place(model, *per_row, controls.rules)
   with streaming.listening(stream, rows) as call_id:
-    out = jitted(model, prompt, prompt_lengths, np.int32(budget), key, stops, sampling, *parts,
-                 rules, controls.stops, call_id, buffer_len=decoding.bucket(budget),
+    out = jitted(model if first is None else first, *placed, *args, rules, controls.stops, call_id,
                  logprobs=controls.logprobs, stream=stream is not None, **static)
     out = jax.block_until_ready(out)
-  return _cut(_gather(model, out, rows), budget)
+  out = _gather(model, out, rows)
+  return out if cut is None else _cut(out, cut)
 
 
 def _cut(out: DecodeOutput, budget: int) -> DecodeOutput:
@@ -147,8 +147,9 @@ def generate(model: Model, prompts, max_new_tokens: int = 64, sampling: Sampling
   controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
                        tokenizer=tokenizer, logprobs=logprobs)
-  return _run_ar_style(model, _generate_jit, (prompt, prompt_lengths, budget, sampling, key, stops),
-                       controls, stream)
+  return _run(model, _generate_jit, (prompt, prompt_lengths, sampling),
+              (np.int32(budget), key, stops), controls, stream, cut=budget,
+              buffer_len=decoding.bucket(budget))
 
 
 def part_types(*parts) -> tuple:
@@ -160,7 +161,7 @@ def part_types(*parts) -> tuple:
 
 
 @functools.partial(jax.jit, static_argnames=("buffer_len", "parts", "logprobs", "stream"))
-def _speculative_jit(model, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, sampling,
+def _speculative_jit(model, prompt, prompt_lengths, sampling, max_new_tokens, key, stop_tokens,
                      drafter, verifier, rules, stops, call_id, *, buffer_len, parts, logprobs,
                      stream):
   controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
@@ -204,9 +205,9 @@ def speculative_generate(model: Model, prompts, drafter, verifier=None, max_new_
   drafter.check(model.config)
   for branch in drafter.variants():
     verifier.check(branch.tree, sampling)
-  return _run_ar_style(model, _speculative_jit,
-                       (prompt, prompt_lengths, budget, sampling, key, stops), controls, stream,
-                       drafter, verifier, parts=part_types(drafter, verifier))
+  return _run(model, _speculative_jit, (prompt, prompt_lengths, sampling),
+              (np.int32(budget), key, stops, drafter, verifier), controls, stream, cut=budget,
+              buffer_len=decoding.bucket(budget), parts=part_types(drafter, verifier))
 
 
 def _ssr_decoding(model, stop_tokens, rules, stops, call_id, logprobs, stream):
@@ -258,13 +259,8 @@ def ssr_generate(model: Model, prompts, ssr, max_new_tokens: int = 448, *, lengt
   controls = _controls(model, rows, min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
                        tokenizer=tokenizer, logprobs=logprobs)
-  prompt, prompt_lengths, rules = _place(model, prompt, prompt_lengths, controls.rules)
-  with streaming.listening(stream, rows) as call_id:
-    out = _ssr_jit(model, prompt, prompt_lengths, np.int32(budget), stops, ssr, rules,
-                   controls.stops, call_id, buffer_len=decoding.bucket(budget),
-                   logprobs=controls.logprobs, stream=stream is not None)
-    out = jax.block_until_ready(out)
-  return _cut(_gather(model, out, rows), budget)
+  return _run(model, _ssr_jit, (prompt, prompt_lengths), (np.int32(budget), stops, ssr),
+              controls, stream, cut=budget, buffer_len=decoding.bucket(budget))
 
 
 @functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
@@ -306,19 +302,13 @@ def push_forward_generate(student, prompts, max_new_tokens: int = 64, key: jax.A
   controls = _controls(model, prompt.shape[0], min_new_tokens=min_new_tokens,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
                        tokenizer=tokenizer, logprobs=logprobs)
-  rows = prompt.shape[0]
-  prompt, prompt_lengths, rules = _place(model, prompt, prompt_lengths, controls.rules)
-  with streaming.listening(stream, rows) as call_id:
-    out = _push_forward_jit(student, prompt, prompt_lengths, np.int32(budget), key, stops, rules,
-                            controls.stops, call_id, buffer_len=decoding.bucket(budget),
-                            logprobs=controls.logprobs, stream=stream is not None)
-    out = jax.block_until_ready(out)
-  return _cut(_gather(model, out, rows), budget)
+  return _run(model, _push_forward_jit, (prompt, prompt_lengths), (np.int32(budget), key, stops),
+              controls, stream, cut=budget, first=student, buffer_len=decoding.bucket(budget))
 
 
 @functools.partial(jax.jit, static_argnames=("gen_length", "block_length", "eos", "stop_early",
                                              "visible_suffix", "parts", "logprobs", "stream"))
-def _diffusion_jit(model, prompt, prompt_lengths, steps, scheduler, cache, temperature, cfg_scale,
+def _diffusion_jit(model, prompt, prompt_lengths, temperature, scheduler, steps, cache, cfg_scale,
                    key, stop_tokens, rules, stops, call_id, *, gen_length, block_length, eos,
                    stop_early, visible_suffix, parts, logprobs, stream):
   controls = _with_hook(Controls(rules=rules, stops=stops, logprobs=logprobs), stream, call_id)
@@ -378,6 +368,17 @@ def _diffusion_lengths(model: Model, gen_length, block_length, steps) -> tuple[i
   return gen_length, block_length, steps
 
 
+def _diffusion_prompts(model: Model, prompts, lengths, gen_length: int):
+  """Validated prompts: no mask token among them, and room for `gen_length` after each."""
+  config = model.config
+  prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, config.vocab_size)
+  real = np.arange(prompt.shape[1])[None, :] < prompt_lengths[:, None]
+  if (real & (prompt == config.mask_token_id)).any():
+    raise ValueError(f"prompts contain the mask token id {config.mask_token_id}")
+  decoding.check_budget("gen_length", gen_length, prompt_lengths, config.max_position_embeddings)
+  return prompt, prompt_lengths
+
+
 def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length: int = 32,
                        steps: int = 64, scheduler=None, cache=None, temperature=0.0,
                        key: jax.Array | None = None, *, lengths=None, cfg_scale: float = 0.0,
@@ -409,26 +410,18 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
       first and second EOS ids (`eos_token_id`, `eot_token_id` override them).
     stop_tokens: ids that end `lengths` (default: the model's EOS ids).
     stop_early: end a row once a block it finishes holds a stop token (its later blocks come back
-      as pad, and no forwards are spent on them); off (LLaDA's reference sampler): every block is
-      decoded.
+      as pad, no forwards spent on them); off (LLaDA's reference sampler): every block decoded.
     visible_suffix: None (LLaDA, Dream): the model sees the whole canvas, the masks of every
       later block included; k >= 0: only k positions after the active window, the rest hidden
       from attention (0: as block-diffusion models decode). A `BlockCausal` model (block
       diffusion) never sees later blocks whatever this is; block_length must equal its
       block_size.
     stop_strings, tokenizer, min_new_tokens, repetition_penalty, logprobs, stream: the controls
-      of `generate` (validated the same way; values traced, per row or scalar), read for a
-      decoder that fills its canvas out of order (`jaxdec.diffusion.diffusion_generate` has the
-      details): a stop string ends `lengths` where it completes in the generated text read left
-      to right (with `stop_early`, a finished block holding one ends the row); stop tokens get
-      -inf logits at generated positions before `min_new_tokens` and ends before it are
-      ignored; the repetition penalty applies at every step, at every window position, to the
-      prompt's tokens and those committed anywhere in the generated region; `out.logprobs`
-      f32[B, gen_length]: each output token's log_softmax under the logits of the step that
-      last wrote it (0 past `lengths`); `stream` gets each row's tokens as they become final,
-      a finished block at a time, cut at the row's end (one call per step in which some row
-      finished a block before its end: a list of one array per row, empty for rows with nothing
-      new); the results are the same with and without it.
+      of `generate`, validated the same way, read for a decoder that fills its canvas out of
+      order (`jaxdec.diffusion.sampler`'s docstring): a stop string ends `lengths` where it
+      completes; the penalty acts on the prompt's and the committed tokens at every step;
+      `out.logprobs` f32[B, gen_length] come from the step that last wrote each token; `stream`
+      gets a row's block once it is finished.
 
   Returns:
     DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `logprobs` (None unless asked
@@ -436,13 +429,8 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
     decoded / nfe per row, `forwards`, `lookaheads` / `lookahead_sequences`: a scheduler's
     lookahead forwards per row and the sequences they ran).
   """
-  config = model.config
   gen_length, block_length, steps = _diffusion_lengths(model, gen_length, block_length, steps)
-  prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, config.vocab_size)
-  real = np.arange(prompt.shape[1])[None, :] < prompt_lengths[:, None]
-  if (real & (prompt == config.mask_token_id)).any():
-    raise ValueError(f"prompts contain the mask token id {config.mask_token_id}")
-  decoding.check_budget("gen_length", gen_length, prompt_lengths, config.max_position_embeddings)
+  prompt, prompt_lengths = _diffusion_prompts(model, prompts, lengths, gen_length)
   batch = prompt.shape[0]
   cfg = decoding.finite_values("cfg_scale", cfg_scale, 1, 0.0)
   scheduler, cache = _diffusion_parts(model, scheduler, cache, batch, guided=cfg > 0)
@@ -451,21 +439,16 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
   key = decoding.check_key(key, needed=bool((t > 0).any() or scheduler.confidence.needs_key),
                            what="temperature > 0 or a random confidence")
   eos = _eos_flags(model, logits_eos_inf, confidence_eos_eot_inf, eos_token_id, eot_token_id)
-  stops = decoding.stop_tokens(config, stop_tokens)
-  controls = _controls(model, batch, min_new_tokens=min_new_tokens,
+  stops = decoding.stop_tokens(model.config, stop_tokens)
+  controls = _controls(model, batch, min_new_tokens=min_new_tokens, logprobs=logprobs,
                        repetition_penalty=repetition_penalty, stop_strings=stop_strings,
-                       tokenizer=tokenizer, logprobs=logprobs)
-  prompt, prompt_lengths, t, scheduler, rules = _place(
-      model, prompt, prompt_lengths, np.broadcast_to(t, (batch,)), scheduler, controls.rules)
-  with streaming.listening(stream, batch) as call_id:
-    out = _diffusion_jit(model, prompt, prompt_lengths, np.int32(steps), scheduler, cache, t,
-                         cfg if cfg > 0 else None, key, stops, rules, controls.stops, call_id,
-                         gen_length=gen_length, block_length=block_length, eos=eos,
-                         stop_early=bool(stop_early), visible_suffix=visible_suffix,
-                         parts=part_types(scheduler, scheduler.confidence, cache),
-                         logprobs=controls.logprobs, stream=stream is not None)
-    out = jax.block_until_ready(out)
-  return _gather(model, out, batch)
+                       tokenizer=tokenizer)
+  per_row = (prompt, prompt_lengths, np.broadcast_to(t, (batch,)), scheduler)
+  return _run(model, _diffusion_jit, per_row,
+              (np.int32(steps), cache, cfg if cfg > 0 else None, key, stops), controls, stream,
+              gen_length=gen_length, block_length=block_length, eos=eos,
+              stop_early=bool(stop_early), visible_suffix=visible_suffix,
+              parts=part_types(scheduler, scheduler.confidence, cache))
 
 
 @functools.partial(jax.jit, static_argnames=("buffer_len", "logprobs", "stream"))
@@ -542,12 +525,4 @@ def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
                         controls.stops, call_id, buffer_len=decoding.bucket(budget),
                         logprobs=controls.logprobs, stream=stream is not None)
     out = jax.block_until_ready(out)
-  tokens = np.asarray(out.tokens).reshape(rows * streams, -1)[index, :budget]
-  lengths = np.asarray(out.lengths).reshape(-1)[index]
-  logp = None
-  if out.logprobs is not None:
-    logp = np.asarray(out.logprobs).reshape(rows * streams, -1)[index, :budget]
-  stats = jax.tree.map(np.asarray, out.stats)
-  stats = stats.replace(extra={"forwards_per_query":
-                               stats["stream_forwards"].reshape(-1)[index]})
-  return DecodeOutput(tokens=tokens, lengths=lengths, logprobs=logp, stats=stats)
+  return hpd.by_query(out, index, budget)

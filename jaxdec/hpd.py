@@ -180,6 +180,19 @@ def _scatter(values: np.ndarray, index: np.ndarray, size: int) -> np.ndarray:
   return out
 
 
+def by_query(out: DecodeOutput, index: np.ndarray, budget: int) -> DecodeOutput:
+  """`parallel_generate`'s output (per packed row and stream) as one host row per query, in
+  the order of `index` (each query's (row, stream) slot), cut to the budget; the stats keep the
+  packed rows' `nfe` / `tokens_per_forward` and add `forwards_per_query`."""
+  per_query = lambda x: np.asarray(x).reshape(-1, *np.shape(x)[2:])[index]
+  tokens = per_query(out.tokens)[:, :budget]
+  logprobs = None if out.logprobs is None else per_query(out.logprobs)[:, :budget]
+  stats = jax.tree.map(np.asarray, out.stats)
+  stats = stats.replace(extra={"forwards_per_query": per_query(stats["stream_forwards"])})
+  return DecodeOutput(tokens=tokens, lengths=per_query(out.lengths), logprobs=logprobs,
+                      stats=stats)
+
+
 # ---- device side -------------------------------------------------------------------------------
 
 @struct.dataclass
@@ -272,7 +285,8 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
   per_stream = lambda x: None if x is None else x.reshape(batch, streams, *x.shape[1:])
   nfe = jnp.broadcast_to(out.stats["steps"] + 1, (batch,))
   made = jnp.sum(per_stream(out.lengths), axis=1)
-  stats = DecodeStats.create(nfe, out.stats["steps"], made.astype(jnp.float32) / nfe.astype(jnp.float32),
+  per_forward = made.astype(jnp.float32) / nfe.astype(jnp.float32)
+  stats = DecodeStats.create(nfe, out.stats["steps"], per_forward,
                              stream_forwards=per_stream(out.stats["nfe"]))
   return DecodeOutput(tokens=per_stream(out.tokens), lengths=per_stream(out.lengths),
                       stats=stats, logprobs=per_stream(out.logprobs))

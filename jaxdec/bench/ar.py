@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, check_plot, report
+from jaxdec.bench.common import Timer, add_output_flags, check_plot, report
 from jaxdec.model import Model, ModelConfig, init_params
 
 # 6.8M params: a Llama-shaped model big enough that decoding is compute-bound on a CPU.
@@ -122,7 +122,6 @@ HELP = "jaxdec greedy vs transformers generate"
 
 def add_arguments(parser) -> None:
   """`jaxdec bench ar`'s flags (the CLI adds the multi-process ones)."""
-  from jaxdec.plots import INSTALL
 
   parser.add_argument("--model", default="random",
                       help="'random' (seeded 6.8M Llama), zoo:NAME or a checkpoint dir")
@@ -132,10 +131,8 @@ def add_arguments(parser) -> None:
   parser.add_argument("--new-tokens", type=int, default=128, help="tokens generated per row")
   parser.add_argument("--repeats", type=int, default=5, help="timed runs (interleaved; medians)")
   parser.add_argument("--no-peers", action="store_true", help="skip transformers")
-  parser.add_argument("--out", default="bench_results/ar.json", help="JSON output path")
-  parser.add_argument("--plot", action="store_true",
-                      help="also write OUT_speedup.png next to --out: jaxdec's speedup over "
-                           "transformers per batch size (needs matplotlib: " + INSTALL + ")")
+  add_output_flags(parser, "ar",
+                   "OUT_speedup.png: jaxdec's speedup over transformers per batch size")
 
 
 def main(args) -> int:

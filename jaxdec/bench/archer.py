@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdec import api
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, add_output_flags, report
 from jaxdec.bench.prefilling import _masked_nll, _masks
 from jaxdec.decoding import positions
 from jaxdec.diffusion import Archer, DualCache, FixedSteps, ModelDenoiser, NoCache, Threshold
@@ -146,7 +146,7 @@ def add_arguments(parser) -> None:
                       help="threshold commits (left out: LLaDA's one token per forward)")
   parser.add_argument("--elbo-samples", type=int, default=8, help="masks per ELBO estimate")
   parser.add_argument("--repeats", type=int, default=1, help="timed runs (interleaved; medians)")
-  parser.add_argument("--out", default="bench_results/archer.json", help="JSON output path")
+  add_output_flags(parser, "archer")
 
 
 def main(args) -> int:

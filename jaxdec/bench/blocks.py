@@ -20,7 +20,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec import diffusion, spec
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, add_output_flags, report
 from jaxdec.tasks import gsm_synth
 
 
@@ -214,7 +214,7 @@ def add_arguments(parser) -> None:
   parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   parser.add_argument("--rows", nargs="*", help="run only these rows (names as printed; the "
                                                 "baseline always runs)")
-  parser.add_argument("--out", default="bench_results/blocks.json", help="JSON output path")
+  add_output_flags(parser, "blocks")
 
 
 def main(args) -> int:

@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Callable
 
+from jaxdec.plots import INSTALL
+
 
 def _cpu_busy_seconds() -> float | None:
   """Seconds of CPU time all processes spent busy (from /proc/stat), or None off Linux."""
@@ -146,3 +148,12 @@ def report(rows: list[dict], columns: list[str], timer: Timer, record: dict,
     for name, fig in figures.items():
       print(f"wrote {plots.save(fig, plot_path(out, name))}")
   return record
+
+
+def add_output_flags(parser, suite: str, plots: str | None = None) -> None:
+  """`--out` (the suite's JSON path) and, when the suite draws `plots` (what --plot writes,
+  e.g. "OUT_speedup.png: ..."), `--plot`: the flags every bench suite takes."""
+  parser.add_argument("--out", default=f"bench_results/{suite}.json", help="JSON output path")
+  if plots is not None:
+    parser.add_argument("--plot", action="store_true",
+                        help=f"also write {plots} next to --out (needs matplotlib: {INSTALL})")

@@ -26,7 +26,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec import diffusion
-from jaxdec.bench.common import Timer, check_plot, report
+from jaxdec.bench.common import Timer, add_output_flags, check_plot, report
 from jaxdec.diffusion import (AsyncLane, DualCache, Factor, FirstStepConfidence, FixedSteps, Frechet,
                               Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
 from jaxdec.diffusion.caches import CanvasView
@@ -437,7 +437,6 @@ HELP = "diffusion schedulers x caches vs the LLaDA baseline"
 
 def add_arguments(parser) -> None:
   """`jaxdec bench diffusion`'s flags (the CLI adds the multi-process ones)."""
-  from jaxdec.plots import INSTALL
 
   parser.add_argument("--model",
                       help="'random' (seeded, pycode-dlm's size), zoo:NAME or a checkpoint dir "
@@ -466,11 +465,9 @@ def add_arguments(parser) -> None:
   parser.add_argument("--timed-prompts", type=int,
                       help="time only the first N prompts (quality still from all --prompts; "
                            "left out: all)")
-  parser.add_argument("--out", default="bench_results/diffusion.json", help="JSON output path")
-  parser.add_argument("--plot", action="store_true",
-                      help="also write OUT_speedup.png (speedup over the baseline per "
-                           "configuration) and OUT_tokens_per_forward.png next to --out (needs "
-                           "matplotlib: " + INSTALL + ")")
+  add_output_flags(parser, "diffusion",
+                   "OUT_speedup.png (speedup over the baseline per configuration) and "
+                   "OUT_tokens_per_forward.png")
 
 
 def main(args) -> int:

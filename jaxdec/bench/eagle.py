@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, check_plot, report
+from jaxdec.bench.common import Timer, add_output_flags, check_plot, report
 from jaxdec.configs import load_config
 from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
@@ -151,7 +151,6 @@ HELP = ("EAGLE-3 studies: VAT vs the plain loss over seeds, and KVShot's hidden 
 
 def add_arguments(parser) -> None:
   """`jaxdec bench eagle`'s flags (the CLI adds the multi-process ones)."""
-  from jaxdec.plots import INSTALL
 
   parser.add_argument("--task", choices=("gsm-synth", "code"), default="gsm-synth",
                       help="the zoo target and recipe: gsm-ar with zoo:gsm-eagle3, or pycode-ar "
@@ -163,10 +162,7 @@ def add_arguments(parser) -> None:
   parser.add_argument("--prompts", type=int, default=8, help="test prompts decoded")
   parser.add_argument("--workdir", default="runs/eagle-study", help="the drafters' training runs")
   parser.add_argument("--only", help="only the drafters whose name contains this, e.g. VAT or KV")
-  parser.add_argument("--out", default="bench_results/eagle.json", help="JSON output path")
-  parser.add_argument("--plot", action="store_true",
-                      help="also write OUT_depth.png: acceptance rate per depth of each drafter "
-                           "(needs matplotlib: " + INSTALL + ")")
+  add_output_flags(parser, "eagle", "OUT_depth.png (acceptance rate per depth of each drafter)")
 
 
 def main(args) -> int:

@@ -24,7 +24,7 @@ import numpy as np
 
 import jaxdec
 from jaxdec import decoding
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, add_output_flags, report
 from jaxdec.model import KVCache, forward
 from jaxdec.tasks import code_queries, gsm_synth
 
@@ -196,7 +196,7 @@ def add_arguments(parser) -> None:
   parser.add_argument("--new-tokens", type=int,
                       help="tokens per query at most (left out: code 32, gsm-synth 448)")
   parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
-  parser.add_argument("--out", default="bench_results/hpd.json", help="JSON output path")
+  add_output_flags(parser, "hpd")
 
 
 def main(args) -> int:

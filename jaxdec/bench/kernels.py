@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, add_output_flags, report
 from jaxdec.model import Bidirectional, Causal, MaskSpec
 from jaxdec.model.attention import attention
 
@@ -194,7 +194,7 @@ def add_arguments(parser) -> None:
   parser.add_argument("--decode-batch-sizes", type=int, nargs="*", default=[],
                       help="also decode with a Llama-3-8B-shaped model (random bf16 weights, "
                            "16 GB) at these batch sizes, e.g. 1 64")
-  parser.add_argument("--out", default="bench_results/kernels.json", help="JSON output path")
+  add_output_flags(parser, "kernels")
 
 
 def main(args) -> int:

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, add_output_flags, report
 from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
 
@@ -154,7 +154,7 @@ def add_arguments(parser) -> None:
                       help="one row per method per batch size")
   parser.add_argument("--new-tokens", type=int, help="tokens per row (left out: the task's)")
   parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
-  parser.add_argument("--out", default="bench_results/kforcing.json", help="JSON output path")
+  add_output_flags(parser, "kforcing")
 
 
 def main(args) -> int:

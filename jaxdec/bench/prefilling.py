@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdec import api
-from jaxdec.bench.common import Timer, report
+from jaxdec.bench.common import Timer, add_output_flags, report
 from jaxdec.decoding import positions
 from jaxdec.diffusion import DualCache, ModelDenoiser, Threshold
 from jaxdec.diffusion.prefilling import PrefillingCache
@@ -166,7 +166,7 @@ def add_arguments(parser) -> None:
                       help="tokens kept per chunk (default: all)")
   parser.add_argument("--repeats", type=int, default=1,
                       help="timed runs per prompt (interleaved)")
-  parser.add_argument("--out", default="bench_results/prefilling.json", help="JSON output path")
+  add_output_flags(parser, "prefilling")
 
 
 def main(args) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 import jaxdec
 from jaxdec import spec, zoo
 from jaxdec.bench import ssr as ssr_bench
-from jaxdec.bench.common import Timer, check_plot, report
+from jaxdec.bench.common import Timer, add_output_flags, check_plot, report
 from jaxdec.corpus import held_out_prompts
 from jaxdec.tasks import gsm_synth
 
@@ -277,7 +277,6 @@ HELP = "speculative decoding vs AR and transformers' assisted / lookup"
 
 def add_arguments(parser) -> None:
   """`jaxdec bench spec`'s flags (the CLI adds the multi-process ones)."""
-  from jaxdec.plots import INSTALL
 
   parser.add_argument("--model", help="target: zoo:NAME or a checkpoint dir (left out: "
                                       "zoo:pycode-ar, with --task gsm-synth zoo:gsm-ar)")
@@ -295,11 +294,9 @@ def add_arguments(parser) -> None:
                                       "no heads rows)")
   parser.add_argument("--repeats", type=int, default=3, help="timed runs (interleaved; medians)")
   parser.add_argument("--no-peers", action="store_true", help="skip transformers")
-  parser.add_argument("--out", default="bench_results/spec.json", help="JSON output path")
-  parser.add_argument("--plot", action="store_true",
-                      help="also write OUT_speedup.png (speedup over jaxdec greedy AR per method) "
-                           "and OUT_acceptance.png (tokens per verification step, per drafter) "
-                           "next to --out (needs matplotlib: " + INSTALL + ")")
+  add_output_flags(parser, "spec",
+                   "OUT_speedup.png (speedup over jaxdec greedy AR per method) and "
+                   "OUT_acceptance.png (tokens per verification step, per drafter)")
 
 
 def main(args) -> int:

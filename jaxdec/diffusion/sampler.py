@@ -10,9 +10,24 @@ row what it would get alone. Budgets (`steps`, thresholds, temperature) are trac
 static.
 
 The controls of the token loops (`jaxdec.controls`) apply here too, read for a decoder that
-fills a canvas out of order (see `denoise`): their rules shape every step's window logits, stop
-strings and stop tokens cut `lengths`, and a block's tokens are final (and streamed) once the
-row finishes it, since blocks commit left to right.
+fills a canvas out of order (a block's tokens are final once the row finishes it, since blocks
+commit left to right):
+  - stop strings: a row's output ends where a stop string completes in its generated text
+    read left to right (the completing token kept), as a stop token ends it: `lengths` is
+    cut there; with `stop_early` a finished block holding such a completion ends the row.
+  - min_new_tokens: the stop tokens' logits are -inf at generated positions before it (no
+    stop token is proposed there), and stop tokens or strings ending before it are ignored
+    when cutting `lengths`.
+  - repetition penalty: at every step, each token present in the prompt or committed (not a
+    mask) anywhere in the row's generated region has its logit penalised (CTRL's rule, as
+    `LogitsRules.apply`) at every window position, before proposals and confidences; a
+    scheduler's lookahead forwards get the same rule on the canvas they see.
+  - logprobs: each output token's log-probability, log_softmax of the model's logits at its
+    position in the last step that wrote it (committed, or edited by a T2T scheduler; a
+    lookahead's logits are never used), before rules and temperature; 0 past `lengths`.
+  - on_step (streaming): called once per step with each row's current block i32[B, L] and
+    count i32[B]: the block's tokens, up to the row's end, when the row finished the block
+    this step (its tokens are then final: blocks commit left to right), else 0.
 """
 
 from __future__ import annotations
@@ -483,24 +498,8 @@ def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Arra
       block_length must equal its block_size (its positions are shifted per row so each
       generation starts on a block of its pattern: `aligned_offsets`).
     controls: `jaxdec.controls.Controls` (rules and stop strings traced, logprobs and the
-      streaming hook static; none by default, which costs nothing). The token loops' readings,
-      made for a decoder that fills its canvas out of order:
-      - stop strings: a row's output ends where a stop string completes in its generated text
-        read left to right (the completing token kept), as a stop token ends it: `lengths` is
-        cut there; with `stop_early` a finished block holding such a completion ends the row.
-      - min_new_tokens: the stop tokens' logits are -inf at generated positions before it (no
-        stop token is proposed there), and stop tokens or strings ending before it are ignored
-        when cutting `lengths`.
-      - repetition penalty: at every step, each token present in the prompt or committed (not a
-        mask) anywhere in the row's generated region has its logit penalised (CTRL's rule, as
-        `LogitsRules.apply`) at every window position, before proposals and confidences; a
-        scheduler's lookahead forwards get the same rule on the canvas they see.
-      - logprobs: each output token's log-probability, log_softmax of the model's logits at its
-        position in the last step that wrote it (committed, or edited by a T2T scheduler; a
-        lookahead's logits are never used), before rules and temperature; 0 past `lengths`.
-      - on_step (streaming): called once per step with each row's current block i32[B, L] and
-        count i32[B]: the block's tokens, up to the row's end, when the row finished the block
-        this step (its tokens are then final: blocks commit left to right), else 0.
+      streaming hook static; none by default, which costs nothing), read as the module
+      docstring says for a decoder that fills its canvas out of order.
 
   Returns:
     DecodeOutput: tokens i32[B, gen_length] (the generated region, never cut); lengths i32[B]
