@@ -20,9 +20,10 @@ and value, and return plain numpy arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -317,6 +318,21 @@ def ar_view(model) -> Model:
   return model.replace(config=model.config.causal_stream())
 
 
+def check_tokens(model, tokens) -> np.ndarray:
+  """Token ids i32[B, L] for a plain forward of `model`: L >= 1 and within its positions."""
+  check_model(model)
+  tokens = np.asarray(tokens)
+  if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+    raise TypeError(f"tokens must be an int array [B, L], got {tokens.dtype} with shape {tokens.shape}")
+  if tokens.shape[1] < 1:
+    raise ValueError("tokens is empty: need at least one token per row")
+  if tokens.shape[1] > model.config.max_position_embeddings:
+    raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's maximum of "
+                     f"{model.config.max_position_embeddings} positions")
+  check_ids(tokens, model.config.vocab_size, "tokens")
+  return tokens.astype(np.int32)
+
+
 def positive_int(name: str, value) -> int:
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
     raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -518,3 +534,71 @@ def check_controls(vocab_size: int, batch: int, *, min_new_tokens=0, repetition_
   if not isinstance(logprobs, bool):
     raise TypeError(f"logprobs must be True or False, got {logprobs!r}")
   return Controls(rules=rules, stops=stops, logprobs=logprobs)
+
+
+# ---- one call, validated -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """One validated call, ready to run: each method's host-side `prepare` builds it and
+  `jaxdec.api` runs every job the same way (validate the controls for `rows`, place the per-row
+  inputs on the model's mesh, jit `run`, listen for a stream, gather, cut to `budget`).
+
+  `run(first, *per_row, *args, controls=..., **dict(static))` is jittable and returns a
+  `DecodeOutput`; `first` is the model unless the method runs something else (K-Forcing's
+  student). `parts`: the plug-ins' classes (`part_types`), static, so two plug-ins with the same
+  fields never share a compiled program. HPD's queries are not the loop's rows: `to_loop` maps
+  the per-row controls onto the loop's rows (no mesh placement then), `order` says which loop
+  rows a stream delivers, and `finish` turns the loop's output into one row per query.
+  """
+
+  model: Model
+  run: Callable[..., DecodeOutput]
+  per_row: tuple
+  args: tuple = ()
+  static: tuple = ()
+  parts: tuple = ()
+  first: Any = None
+  budget: int | None = None
+  to_loop: Callable | None = None
+  order: np.ndarray | None = None
+  finish: Callable[[DecodeOutput], DecodeOutput] | None = None
+
+  @property
+  def rows(self) -> int:
+    """The call's rows: the ones its controls and its stream are given for."""
+    return len(self.order) if self.order is not None else np.shape(self.per_row[0])[0]
+
+
+def part_types(*parts) -> tuple:
+  """The plug-ins' classes, a static jit argument: JAX's tree structures of two dataclass
+  plug-ins with the same fields compare equal whatever their class (PrefixCache() and
+  DualCache(), Threshold(0.9) and Factor(1.0)), so without it one could be served the other's
+  compiled program."""
+  return tuple(type(p) for p in parts)
+
+
+class ARInputs(NamedTuple):
+  model: Model
+  prompt: np.ndarray
+  prompt_lengths: np.ndarray
+  budget: int
+  sampling: Sampling | None
+  key: jax.Array | None
+  stops: np.ndarray
+
+
+def ar_inputs(model, prompts, lengths, max_new_tokens, sampling=None, key=None,
+              stop_ids=None) -> ARInputs:
+  """The validated inputs of the loops that decode left to right (AR, speculative, SSR), the
+  model as they run it (`ar_view`)."""
+  model = ar_view(model)
+  prompt, prompt_lengths = prepare_prompts(prompts, lengths, model.config.vocab_size)
+  budget = check_budget("max_new_tokens", max_new_tokens, prompt_lengths,
+                        model.config.max_position_embeddings)
+  sampling = check_sampling(sampling, prompt.shape[0])
+  key = check_key(key, needed=sampling is not None, what="sampling",
+                  unused="sampling is None, which decodes greedily (no randomness); pass "
+                         "sampling=jaxdec.Sampling.create(temperature=...)")
+  return ARInputs(model, prompt, prompt_lengths, budget, sampling, key,
+                  stop_tokens(model.config, stop_ids))

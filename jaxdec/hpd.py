@@ -32,9 +32,9 @@ from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls
-from jaxdec.decoding import (DecodeOutput, DecodeStats, Decoding, LoopState, bucket, check_ids,
-                             typed_key)
-from jaxdec.model import KVCache, ModelConfig, Segments, decode_hidden, embed, forward, unembed
+from jaxdec.decoding import (DecodeOutput, DecodeStats, Decoding, Job, LoopState, bucket,
+                             check_ids, typed_key)
+from jaxdec.model import KVCache, Model, ModelConfig, Segments, decode_hidden, embed, forward, unembed
 from jaxdec.model.kv_cache import write_slots
 from jaxdec.sampling import Sampling
 
@@ -193,6 +193,36 @@ def by_query(out: DecodeOutput, index: np.ndarray, budget: int) -> DecodeOutput:
                       stats=stats)
 
 
+def prepare(model: Model, context, queries, max_new_tokens, sampling=None, key=None, *,
+            stop_tokens=None, rows: int = 1) -> Job:
+  """`jaxdec.parallel_generate`'s arguments validated and laid out, as a `Job` whose rows are
+  the queries: per-query values (sampling, the controls' rules) go to each query's (row,
+  stream) slot, the stream delivers the queries in order and the output has a row per query."""
+  model = decoding.ar_view(model)
+  docs = documents(context, queries)
+  rows = decoding.positive_int("rows", rows)
+  budget = decoding.positive_int("max_new_tokens", max_new_tokens)
+  if rows > len(docs):
+    raise ValueError(f"rows={rows} exceeds the {len(docs)} documents to spread over them")
+  check_documents(docs, model.config, budget)
+  queries = sum(len(qs) for _, qs in docs)
+  sampling = decoding.check_sampling(sampling, queries)
+  key = decoding.check_key(
+      key, needed=sampling is not None, what="sampling",
+      unused="sampling is None, which decodes greedily (no randomness); pass "
+             "sampling=jaxdec.Sampling.create(temperature=...)")
+  packed = layout(docs, rows)
+  streams = packed.ends.shape[1]
+  index = np.asarray([r * streams + n for r, n in packed.order])
+  to_slots = lambda tree: None if tree is None else per_slot(tree, index, rows * streams)
+  return Job(model, run, (packed.tokens, packed.positions, packed.segments, packed.reads,
+                          packed.lengths, packed.ends),
+             (np.int32(budget), key, decoding.stop_tokens(model.config, stop_tokens),
+              to_slots(sampling)),
+             static=(("buffer_len", bucket(budget)),), to_loop=to_slots, order=index,
+             finish=lambda out: by_query(out, index, budget))
+
+
 # ---- device side -------------------------------------------------------------------------------
 
 @struct.dataclass
@@ -290,3 +320,12 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
                              stream_forwards=per_stream(out.stats["nfe"]))
   return DecodeOutput(tokens=per_stream(out.tokens), lengths=per_stream(out.lengths),
                       stats=stats, logprobs=per_stream(out.logprobs))
+
+
+def run(model: Model, tokens, positions, segments, reads, lengths, ends, max_new_tokens, key,
+        stop_tokens, sampling, *, controls: Controls, buffer_len: int) -> DecodeOutput:
+  """`parallel_generate` for a loaded model (the `Job.run` of `prepare`)."""
+  return parallel_generate(model.params, tokens, positions, segments, reads, lengths, ends,
+                           max_new_tokens, key, stop_tokens, config=model.config,
+                           buffer_len=buffer_len, sampling=sampling,
+                           pad_id=decoding.pad_id(model.config), controls=controls)

@@ -4,6 +4,6 @@
 `jaxdec.generate` so the public function and the package do not shadow each other.
 """
 
-from jaxdec.ar.loop import generate
+from jaxdec.ar.loop import generate, prepare
 
-__all__ = ["generate"]
+__all__ = ["generate", "prepare"]

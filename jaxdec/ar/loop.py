@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls
-from jaxdec.decoding import DecodeOutput, Decoding, LoopState, clamp_budget, prefill, typed_key
-from jaxdec.model import KVCache, ModelConfig, forward
+from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, clamp_budget, prefill,
+                             typed_key)
+from jaxdec.model import KVCache, Model, ModelConfig, forward
 from jaxdec.sampling import Sampling
 
 
@@ -76,3 +78,20 @@ def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new
   s = start(params, d, prompt, prompt_lengths, budget, config=config, buffer_len=buffer_len)
   s = decoding.run(lambda s: step(params, d, s, config=config), s)
   return decoding.output(d, s, buffer_len)
+
+
+def run(model: Model, prompt, prompt_lengths, sampling, max_new_tokens, key, stop_tokens, *,
+        controls: Controls, buffer_len: int) -> DecodeOutput:
+  """`generate` for a loaded model (the `Job.run` of `prepare`)."""
+  return generate(model.params, prompt, prompt_lengths, max_new_tokens, key, stop_tokens,
+                  config=model.config, buffer_len=buffer_len, sampling=sampling,
+                  pad_id=decoding.pad_id(model.config), controls=controls)
+
+
+def prepare(model: Model, prompts, max_new_tokens, sampling=None, key=None, *, lengths=None,
+            stop_tokens=None) -> Job:
+  """`jaxdec.generate`'s arguments validated on the host, as a `Job`."""
+  a = decoding.ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
+  return Job(a.model, run, (a.prompt, a.prompt_lengths, a.sampling),
+             (np.int32(a.budget), a.key, a.stops),
+             static=(("buffer_len", decoding.bucket(a.budget)),), budget=a.budget)

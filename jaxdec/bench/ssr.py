@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 import jaxdec
-from jaxdec import api, ar, decoding, spec
+from jaxdec import ar, decoding, spec
 from jaxdec.bench.common import Timer, format_table
 
 BUDGETS = tuple(range(32, 448, 32))  # A partial answer at every 32 reasoning tokens (line end).
@@ -60,8 +60,9 @@ def phases(model, ssr: spec.SSR, prompts, new_tokens: int, repeats: int,
   """Greedy AR vs SSR, reasoning and answer phases timed apart (module docstring)."""
   config, pad = model.config, decoding.pad_id(model.config)
   buffer_len = decoding.bucket(new_tokens)
-  inputs = [api.ssr_inputs(model, [p], ssr, new_tokens) for p in prompts]
-  d = decoding.Decoding(sampling=None, key=None, stop_tokens=inputs[0][4], pad_id=pad)
+  jobs = [spec.ssr.prepare(model, [p], ssr, new_tokens) for p in prompts]
+  inputs = [(*job.per_row, *job.args[:2]) for job in jobs]  # (prompt, lengths, budget, stops)
+  d = decoding.Decoding(sampling=None, key=None, stop_tokens=inputs[0][3], pad_id=pad)
   static = dict(config=config, ssr=ssr, buffer_len=buffer_len)
   ssr_reason = jax.jit(functools.partial(spec.ssr.ssr_reason, **static))
   ssr_answer = jax.jit(functools.partial(spec.ssr.ssr_answer, **static))
@@ -71,26 +72,26 @@ def phases(model, ssr: spec.SSR, prompts, new_tokens: int, repeats: int,
     return jax.jit(functools.partial(ar.generate, config=config, buffer_len=buffer, pad_id=pad))
 
   def reason(i):
-    _, prompt, lengths, budget, _, _ = inputs[i]
-    return ssr_reason(model.params, d, prompt, lengths, np.int32(budget))
+    prompt, lengths, budget, _ = inputs[i]
+    return ssr_reason(model.params, d, prompt, lengths, budget)
 
   reasoned = [jax.block_until_ready(reason(i)) for i in range(len(prompts))]
-  cut = [int(r.total[0] - inp[2][0]) for r, inp in zip(reasoned, inputs)]  # To "</think>\n".
+  cut = [int(r.total[0] - inp[1][0]) for r, inp in zip(reasoned, inputs)]  # To "</think>\n".
 
   def answer(i):
     return ssr_answer(model.params, d, reasoned[i])
 
   def greedy(i, tokens):
-    _, prompt, lengths, _, stops, _ = inputs[i]
+    prompt, lengths, _, stops = inputs[i]
     return plain(buffer_len)(model.params, prompt, lengths, np.int32(tokens), None, stops)
 
-  resumes = [_resume(r, len(p) + c, inp[1].shape[1] + buffer_len)
+  resumes = [_resume(r, len(p) + c, inp[0].shape[1] + buffer_len)
              for p, r, c, inp in zip(prompts, reasoned, cut, inputs)]
 
   def resumed(i, tokens):
     row, known, buffer = resumes[i]
     return plain(buffer)(model.params, row, known, np.int32(min(tokens, buffer)), None,
-                         inputs[i][4])
+                         inputs[i][3])
 
   def each(fn):
     return lambda: [jax.block_until_ready(fn(i)) for i in range(len(prompts))]

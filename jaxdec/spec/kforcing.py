@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls
-from jaxdec.decoding import DecodeOutput, Decoding, LoopState, clamp_budget, prefill, typed_key
+from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, clamp_budget, prefill,
+                             typed_key)
 from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.plugins import Source, register_cli
 from jaxdec.sampling import token_keys
@@ -228,3 +230,28 @@ def push_forward_generate(student: PushForward, prompt: jax.Array, prompt_length
     return s.replace(method=cache, forwards=s.forwards + active.astype(jnp.int32))
 
   return decoding.output(d, decoding.run(step, s), buffer_len)
+
+
+def run(student: PushForward, prompt, prompt_lengths, max_new_tokens, key, stop_tokens, *,
+        controls: Controls, buffer_len: int) -> DecodeOutput:
+  """`push_forward_generate` with the model's pad id (the `Job.run` of `prepare`)."""
+  return push_forward_generate(student, prompt, prompt_lengths, max_new_tokens, key, stop_tokens,
+                               buffer_len=buffer_len,
+                               pad_id=decoding.pad_id(student.model.config), controls=controls)
+
+
+def prepare(student: PushForward, prompts, max_new_tokens, key=None, *, lengths=None,
+            stop_tokens=None) -> Job:
+  """`jaxdec.push_forward_generate`'s arguments validated on the host, as a `Job`."""
+  if not isinstance(student, PushForward):
+    raise TypeError(f"student must be a jaxdec.spec.kforcing.PushForward (jaxdec.load_push_forward"
+                    f"(path)), got {type(student).__name__}")
+  model = student.model
+  decoding.check_model(model, causal=True)
+  prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, model.config.vocab_size)
+  budget = decoding.check_budget("max_new_tokens", max_new_tokens, prompt_lengths,
+                                 model.config.max_position_embeddings)
+  key = decoding.check_key(key, needed=False, what="sampling")
+  stops = decoding.stop_tokens(model.config, stop_tokens)
+  return Job(model, run, (prompt, prompt_lengths), (np.int32(budget), key, stops),
+             static=(("buffer_len", decoding.bucket(budget)),), first=student, budget=budget)

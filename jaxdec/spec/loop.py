@@ -17,17 +17,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls, tree_pending
-from jaxdec.decoding import (DecodeOutput, Decoding, LoopState, check_returned, clamp_budget,
+from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, check_returned, clamp_budget,
                              prefill, typed_key)
-from jaxdec.model import KVCache, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.sampling import Sampling
 from jaxdec.spec.drafter import Context, Drafter, Feedback
 from jaxdec.spec.tree import DynamicTree, Tree
-from jaxdec.spec.verify import Verifier, VerifyInputs
+from jaxdec.spec.verify import Exact, Greedy, Verifier, VerifyInputs
 
 
 @struct.dataclass
@@ -217,3 +218,31 @@ def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Ar
   budget = clamp_budget(max_new_tokens, prompt.shape[0], buffer_len)
   s = start(c, d, prompt, prompt_lengths, budget, buffer_len)
   return output(c, d, decode(c, d, s), buffer_len)
+
+
+def run(model: Model, prompt, prompt_lengths, sampling, max_new_tokens, key, stop_tokens,
+        drafter: Drafter, verifier: Verifier, *, controls: Controls,
+        buffer_len: int) -> DecodeOutput:
+  """`speculative_generate` for a loaded model (the `Job.run` of `prepare`)."""
+  return speculative_generate(model.params, prompt, prompt_lengths, max_new_tokens, key,
+                              stop_tokens, config=model.config, drafter=drafter,
+                              verifier=verifier, buffer_len=buffer_len, sampling=sampling,
+                              pad_id=decoding.pad_id(model.config), controls=controls)
+
+
+def prepare(model: Model, prompts, drafter, verifier=None, max_new_tokens=64, sampling=None,
+            key=None, *, lengths=None, stop_tokens=None) -> Job:
+  """`jaxdec.speculative_generate`'s arguments validated on the host, as a `Job`; the verifier
+  defaults to `Greedy()` without sampling and `Exact()` with it."""
+  a = decoding.ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
+  if verifier is None:
+    verifier = Greedy() if a.sampling is None else Exact()
+  decoding.check_part(drafter, Drafter, "drafter")
+  decoding.check_part(verifier, Verifier, "verifier")
+  drafter.check(a.model.config)
+  for branch in drafter.variants():
+    verifier.check(branch.tree, a.sampling)
+  return Job(a.model, run, (a.prompt, a.prompt_lengths, a.sampling),
+             (np.int32(a.budget), a.key, a.stops, drafter, verifier),
+             static=(("buffer_len", decoding.bucket(a.budget)),),
+             parts=decoding.part_types(drafter, verifier), budget=a.budget)

@@ -42,8 +42,9 @@ from flax import struct
 
 from jaxdec import decoding
 from jaxdec.controls import Controls
-from jaxdec.decoding import DecodeOutput, DecodeStats, Decoding, LoopState, clamp_budget, prefill
-from jaxdec.model import KVCache, ModelConfig, forward
+from jaxdec.decoding import (DecodeOutput, DecodeStats, Decoding, Job, LoopState, clamp_budget,
+                             prefill)
+from jaxdec.model import KVCache, Model, ModelConfig, forward
 from jaxdec.spec import loop
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.lookup import continuations, lexical_matches
@@ -418,3 +419,24 @@ def ssr_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
   kw = dict(config=config, ssr=ssr, buffer_len=buffer_len)
   reasoned = ssr_reason(params, d, prompt, prompt_lengths, max_new_tokens, **kw)
   return ssr_answer(params, d, reasoned, **kw)
+
+
+def run(model: Model, prompt, prompt_lengths, max_new_tokens, stop_tokens, ssr: SSR, *,
+        controls: Controls, buffer_len: int) -> DecodeOutput:
+  """`ssr_generate` for a loaded model (the `Job.run` of `prepare`)."""
+  return ssr_generate(model.params, prompt, prompt_lengths, max_new_tokens, stop_tokens,
+                      config=model.config, ssr=ssr, buffer_len=buffer_len,
+                      pad_id=decoding.pad_id(model.config), controls=controls)
+
+
+def prepare(model: Model, prompts, ssr: SSR, max_new_tokens: int, *, lengths=None,
+            stop_tokens=None) -> Job:
+  """`jaxdec.ssr_generate`'s arguments validated on the host, as a `Job` (its `per_row` and
+  `args` are the two phases' inputs too: prompt, prompt_lengths, budget, stop ids, ssr)."""
+  if not isinstance(ssr, SSR):
+    raise TypeError(f"ssr must be a jaxdec.spec.SSR (SSR.for_tokenizer(tokenizer, budgets)), "
+                    f"got {type(ssr).__name__}")
+  a = decoding.ar_inputs(model, prompts, lengths, max_new_tokens, stop_ids=stop_tokens)
+  ssr.check(a.model.config)
+  return Job(a.model, run, (a.prompt, a.prompt_lengths), (np.int32(a.budget), a.stops, ssr),
+             static=(("buffer_len", decoding.bucket(a.budget)),), budget=a.budget)

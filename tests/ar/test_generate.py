@@ -67,16 +67,16 @@ def test_budget_is_respected(model):
 
 
 def test_no_retrace_when_only_values_change(model):
-  api._generate_jit.clear_cache()
+  api._jitted.clear_cache()
   sampling = lambda t, k, p: jaxdec.Sampling.create(temperature=t, top_k=k, top_p=p)
   key = jax.random.key(0)
   jaxdec.generate(model, _prompts(5, [4, 6]), 20, sampling=sampling(0.5, 5, 0.9), key=key)
   jaxdec.generate(model, _prompts(6, [9, 2]), 17, sampling=sampling(1.3, 0, 1.0), key=key)
   jaxdec.generate(model, _prompts(7, [12, 1]), 31, sampling=sampling([0.0, 2.0], [3, 0], [1.0, 0.5]),
                   key=jax.random.key(1))
-  assert api._generate_jit._cache_size() == 1
+  assert api._jitted._cache_size() == 1
   jaxdec.generate(model, _prompts(5, [4, 6]), 20)  # Greedy is a different (static) program.
-  assert api._generate_jit._cache_size() == 2
+  assert api._jitted._cache_size() == 2
 
 
 def _reference_probs(logits, temperature, top_k, top_p):

@@ -80,9 +80,9 @@ def test_ragged_batch_equals_one_by_one():
 def test_one_compiled_program_for_every_bound():
   model = dlm(num_layers=1)
   jaxdec.diffusion_generate(model, _prompts(6), cache=Archer(2), **KW)
-  before = api._diffusion_jit._cache_size()
+  before = api._jitted._cache_size()
   jaxdec.diffusion_generate(model, _prompts(6), cache=Archer(7), **KW)
-  assert api._diffusion_jit._cache_size() == before
+  assert api._jitted._cache_size() == before
 
 
 @pytest.mark.parametrize("bound, match", [

@@ -165,18 +165,18 @@ def test_per_row_values_equal_separate_runs(model, rule, values):
 
 
 def test_no_retrace_when_only_values_change(model):
-  api._diffusion_jit.clear_cache()
+  api._jitted.clear_cache()
   key = jax.random.key(0)
   for tau, steps, temperature in ((0.9, 16, 0.0), (0.5, 8, 0.7), (0.2, 4, [0.0, 1.0, 0.3, 2.0])):
     jaxdec.diffusion_generate(model, _prompts(5), gen_length=16, block_length=4, steps=steps,
                               scheduler=Threshold(tau), temperature=temperature, key=key)
-  assert api._diffusion_jit._cache_size() == 1
+  assert api._jitted._cache_size() == 1
   for f in (0.5, 1.0, 3.0):
     jaxdec.diffusion_generate(model, _prompts(6), gen_length=16, block_length=4, scheduler=Factor(f))
-  assert api._diffusion_jit._cache_size() == 2
+  assert api._jitted._cache_size() == 2
   for w in (0.5, 2.0):
     jaxdec.diffusion_generate(model, _prompts(6), gen_length=16, block_length=4, cfg_scale=w)
-  assert api._diffusion_jit._cache_size() == 3
+  assert api._jitted._cache_size() == 3
 
 
 def test_sampling_is_keyed_by_row_and_position(model):
@@ -264,10 +264,10 @@ def test_parts_with_the_same_fields_get_their_own_programs(model):
   kw = dict(gen_length=16, block_length=8, steps=16)
   alone = {}
   for cache in (PrefixCache(), DualCache()):
-    api._diffusion_jit.clear_cache()
+    api._jitted.clear_cache()
     alone[type(cache)] = jaxdec.diffusion_generate(model, _prompts(3), cache=cache, **kw).tokens
   assert not np.array_equal(alone[PrefixCache], alone[DualCache])  # Guards the test's strength.
-  api._diffusion_jit.clear_cache()
+  api._jitted.clear_cache()
   for cache in (PrefixCache(), DualCache()):
     np.testing.assert_array_equal(
         jaxdec.diffusion_generate(model, _prompts(3), cache=cache, **kw).tokens, alone[type(cache)])

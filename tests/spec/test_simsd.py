@@ -95,9 +95,9 @@ def test_no_recompile_across_thresholds(target, draft):
 
   prompts = _prompts(3, [5])
   jaxdec.speculative_generate(target, prompts, spec.SimSD(draft, 0.5), max_new_tokens=8)
-  size = api._speculative_jit._cache_size()
+  size = api._jitted._cache_size()
   jaxdec.speculative_generate(target, prompts, spec.SimSD(draft, 0.8), max_new_tokens=8)
-  assert api._speculative_jit._cache_size() == size
+  assert api._jitted._cache_size() == size
 
 
 # ---- sampling: Exact verification of SimSD drafts is lossless in distribution ----------------

@@ -94,14 +94,14 @@ def test_stop_token_inside_an_accepted_run(model):
 def test_truncation_top1_is_greedy_and_no_retrace(model, draft):
   prompts = _prompts(4, [3, 4])
   ref = jaxdec.generate(model, prompts, max_new_tokens=16)
-  api._speculative_jit.clear_cache()
+  api._jitted.clear_cache()
   for k in (1, 1):  # Same shapes and types, other values: one compile.
     v = spec.Truncation(top_k=jnp.asarray(k, jnp.int32), top_p=jnp.asarray(1.0))
     out = jaxdec.speculative_generate(model, prompts, spec.DraftModel(draft, 4), v, max_new_tokens=16)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
   wide = spec.Truncation(top_k=jnp.asarray(20, jnp.int32), top_p=jnp.asarray(0.9))
   loose = jaxdec.speculative_generate(model, prompts, spec.DraftModel(draft, 4), wide, max_new_tokens=16)
-  assert api._speculative_jit._cache_size() == 1
+  assert api._jitted._cache_size() == 1
   assert float(jnp.mean(loose.stats["acceptance_length"])) >= float(jnp.mean(out.stats["acceptance_length"]))
 
 
