@@ -82,7 +82,8 @@ class LookTwice(diffusion.Scheduler):
     quota = diffusion.transfer_count(view.block_masks, view.steps, count)
     tokens = jnp.where(diffusion.top(ranked, quota) & view.candidates, x0, view.tokens)
     finished = count + 1 >= view.steps
-    return diffusion.Decision(tokens, finished), jnp.where(finished, 0, count + 1)
+    return (diffusion.Decision(tokens, finished, lookaheads=1, sequences=1),
+            jnp.where(finished, 0, count + 1))
 
 
 @struct.dataclass
@@ -137,12 +138,29 @@ def test_a_user_scheduler_may_look_ahead():
   twice = jaxdec.diffusion_generate(model, _dlm_prompts(), scheduler=LookTwice(), **kw)
   np.testing.assert_array_equal(twice.tokens, plain.tokens)
   np.testing.assert_array_equal(twice.stats["nfe"], 2 * plain.stats["nfe"])
+  np.testing.assert_array_equal(twice.stats["lookaheads"], plain.stats["nfe"])
+
+
+@struct.dataclass
+class Unreported(LookTwice):
+  """LookTwice that does not report its lookahead forwards."""
+
+  def step(self, count, view):
+    decision, count = super().step(count, view)
+    return decision._replace(lookaheads=0), count
+
+
+def test_a_scheduler_that_looks_ahead_must_report_it():
+  with pytest.raises(ValueError, match="Unreported.step calls view.lookahead but its Decision "
+                                       "reports lookaheads=0"):
+    jaxdec.diffusion_generate(_dlm(), _dlm_prompts(), gen_length=GEN, block_length=BLOCK,
+                              steps=8, scheduler=Unreported())
 
 
 # ---- diffusion caches --------------------------------------------------------------------------
 
 @struct.dataclass
-class PromptKV:
+class PromptKV(diffusion.DiffusionCache):
   """Compute the prompt's keys and values once, at the first step, and reuse them for every
   later step, whose queries are the whole generated region. On a one-layer model a key depends
   only on its token and position, so this is exact; deeper, the prompt's entries go stale."""

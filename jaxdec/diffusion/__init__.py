@@ -8,7 +8,8 @@ schedulers implement `Scheduler` (schedulers.py; one file per family), caches im
 from jaxdec.diffusion.cai import FirstStepConfidence
 from jaxdec.diffusion.archer import Archer
 from jaxdec.diffusion.async_lane import AsyncLane
-from jaxdec.diffusion.caches import CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache
+from jaxdec.diffusion.caches import (CanvasView, DiffusionCache, DualCache, NoCache, PrefixCache,
+                                     Refreshed)
 from jaxdec.diffusion.confidence import (Confidence, LeftToRight, Margin, NegEntropy,
                                          Probability, RandomConfidence)
 from jaxdec.diffusion.cora import Persistence
@@ -30,6 +31,6 @@ __all__ = ["diffusion_generate", "denoise", "Denoiser", "ModelDenoiser",
            "transfer_count", "FixedSteps", "Dream", "Threshold", "Factor", "Frechet", "Editing", "FlowBlock",
            "FirstStepConfidence", "Persistence", "Scaffold",
            "RipplePivot", "AsyncLane",
-           "DiffusionCache", "CanvasView", "NoCache", "PrefixCache", "DualCache", "PrefillingCache", "Archer",
+           "DiffusionCache", "CanvasView", "NoCache", "Refreshed", "PrefixCache", "DualCache", "PrefillingCache", "Archer",
            "Confidence", "Probability", "Margin", "NegEntropy", "RandomConfidence", "LeftToRight",
            "EosFlags"]

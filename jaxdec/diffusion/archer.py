@@ -33,7 +33,7 @@ import numpy as np
 from flax import struct
 
 from jaxdec.decoding import finite_values, positions
-from jaxdec.diffusion.caches import CanvasView, _query
+from jaxdec.diffusion.caches import CanvasView, DiffusionCache, query
 from jaxdec.diffusion.schedulers import traced
 from jaxdec.model.kv_cache import KVCache
 from jaxdec.plugins import register_cli
@@ -49,7 +49,7 @@ class ArcherState:
               help="the prompt's K/V reused until 8 response tokens changed, the response "
                    "recomputed every step")
 @struct.dataclass
-class Archer:
+class Archer(DiffusionCache):
   """Reuse the prompt's K/V until `bound` response tokens changed since they were computed;
   recompute the whole response every step (module docstring)."""
 
@@ -80,7 +80,7 @@ class Archer:
     drift = jnp.sum(inside & (view.x != state.seen), axis=1, dtype=jnp.float32)
     never = state.seen[:, 0] < 0  # No prompt entries yet.
     drifted = drift >= jnp.reshape(self.bound, ())
-    if getattr(denoiser, "block_size", None) is not None:
+    if denoiser.block_size is not None:
       drifted = jnp.zeros_like(drifted)  # Block-causal: the prompt's entries never go stale.
     stale = view.active & (never | drifted)
     return jax.lax.cond(jnp.any(stale), self._refresh, self._reuse, state, denoiser, view,
@@ -99,7 +99,7 @@ class Archer:
     """The response (from the output that predicts its first position) over the kept prompt."""
     first = response - view.shift
     size = view.gen_length + view.shift
-    h, _ = _query(state.kv, denoiser, view, first, size, jnp.minimum(size, view.lengths - first))
+    h, _ = query(state.kv, denoiser, view, first, size, jnp.minimum(size, view.lengths - first))
     logits = denoiser.logits(h, positions(view.x.shape[0], view.window,
                                           view.start - view.shift - first))
     return logits, view.active, state

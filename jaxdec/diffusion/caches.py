@@ -15,7 +15,7 @@ may hold the others back, so that a batch gives every row exactly what it would 
   after); `DualCache` reuses the prefix and the suffix (the window is the block alone).
   On a `BlockCausal` model (block diffusion: the denoiser has a `block_size`) both are exact and
   the same: later blocks are invisible and earlier ones final, so there is no refresh; the
-  cache grows a block at a time (`_Refreshed._extend`), and rows out of step never wait.
+  cache grows a block at a time (`Refreshed._extend`), and rows out of step never wait.
 
 The refresh forward writes the canvas in *slot order* prefix ++ suffix ++ window (cache slots
 carry their positions; attention is order-free), leaving the window's slots last, to be
@@ -61,12 +61,15 @@ class CanvasView:
 
 class DiffusionCache(Protocol):
   """A pytree (e.g. a flax.struct.dataclass): settings as static fields, swept values as
-  leaves. Optional: `prepare(denoiser, prompt, prompt_lengths) -> (denoiser, prompt,
-  prompt_lengths, cache)`, run once before the loop, may replace what the sampler decodes (a
-  cache that keeps only parts of a long prompt: prefilling.py)."""
+  leaves. Subclasses inherit `check` and `prepare` (both no-ops)."""
 
   def check(self, guided: bool) -> None:
     """Raise ValueError if this cache cannot serve the call (`guided`: classifier-free guidance)."""
+
+  def prepare(self, denoiser, prompt: jax.Array, prompt_lengths: jax.Array):
+    """(denoiser, prompt, prompt_lengths, cache), run once before the loop: may replace what
+    the sampler decodes (a cache that keeps only parts of a long prompt: prefilling.py)."""
+    return denoiser, prompt, prompt_lengths, self
 
   @abc.abstractmethod
   def init(self, denoiser, batch: int, width: int) -> Any:
@@ -78,11 +81,8 @@ class DiffusionCache(Protocol):
 
 
 @struct.dataclass
-class NoCache:
+class NoCache(DiffusionCache):
   """Recompute everything: one full forward over the canvas per step (exact)."""
-
-  def check(self, guided: bool) -> None:
-    pass
 
   def init(self, denoiser, batch, width):
     return ()
@@ -107,7 +107,7 @@ def slot_order(start: jax.Array, window: jax.Array, length: jax.Array, width: in
                              jnp.where(slot < length, start + slot - suffix_end, slot)))
 
 
-def _query(state, denoiser, view: CanvasView, first: jax.Array, size: int, real: jax.Array):
+def query(state, denoiser, view: CanvasView, first: jax.Array, size: int, real: jax.Array):
   """(hidden, cache): the canvas positions [first, first + size) run against the kept keys and
   values (written at the cache's length), of which the first `real` per row are real."""
   index = positions(view.x.shape[0], size, first)
@@ -115,11 +115,14 @@ def _query(state, denoiser, view: CanvasView, first: jax.Array, size: int, real:
   return denoiser.hidden(tokens, index, state, real)
 
 
-class _Refreshed:
-  """Fast-dLLM's scheme, parameterised by the query window's static length."""
+class Refreshed(DiffusionCache):
+  """Fast-dLLM's scheme, for caches to subclass. Two hooks: `query_length` (the query window's
+  static length: what is recomputed between refreshes) and `refresh_base` (the cache a refresh
+  writes the canvas into, and what it keeps in front of it)."""
 
+  @abc.abstractmethod
   def query_length(self, view: CanvasView) -> int:
-    raise NotImplementedError
+    """The static length of the query window the cached steps recompute."""
 
   def check(self, guided: bool) -> None:
     if guided:
@@ -130,7 +133,7 @@ class _Refreshed:
     return denoiser.init_cache(batch, width)
 
   def logits(self, state, denoiser, view: CanvasView):
-    block = getattr(denoiser, "block_size", None)
+    block = denoiser.block_size
     if block is not None:  # Exact and never refreshed: see `_extend`.
       first = jnp.all(state.length == 0)  # Nothing kept yet: the prompt's keys and values.
       return jax.lax.cond(first, self._prime, functools.partial(self._extend, block=block),
@@ -168,7 +171,7 @@ class _Refreshed:
     """`_extend`'s forward: the `before` positions in front of the window and the window."""
     size = before + view.window
     first = jnp.maximum(view.start - before, 0)
-    h, out = _query(state.with_length(first), denoiser, view, first, size,
+    h, out = query(state.with_length(first), denoiser, view, first, size,
                     jnp.minimum(size, view.lengths - first))
     logits = denoiser.logits(h, positions(view.x.shape[0], view.window,
                                           view.start - view.shift - first))
@@ -180,16 +183,16 @@ class _Refreshed:
     size = self.query_length(view)
     return first, jnp.minimum(size, view.lengths - first), size
 
-  def _base(self, state, denoiser, batch: int, width: int):
+  def refresh_base(self, state, denoiser, batch: int, width: int):
     """(the cache a refresh writes the canvas into, i32[B] or 0: the fixed entries it keeps in
-    front of the canvas; none here, see prefilling.py)."""
+    front of the canvas; none by default, a long prompt's chosen chunks in prefilling.py)."""
     return denoiser.init_cache(batch, width), 0
 
   def _refresh(self, state, denoiser, view: CanvasView):
     batch, width = view.x.shape
     first, real, _ = self._window(view)
     order = slot_order(first, real, view.lengths, width)
-    base, kept_before = self._base(state, denoiser, batch, width)
+    base, kept_before = self.refresh_base(state, denoiser, batch, width)
     h, fresh = denoiser.hidden(jnp.take_along_axis(view.x, order, axis=1), order, base,
                                view.lengths)
     logits = denoiser.logits(h, positions(batch, view.window, view.lengths - real))
@@ -199,14 +202,14 @@ class _Refreshed:
 
   def _cached(self, state, denoiser, view: CanvasView):
     first, real, size = self._window(view)
-    h, out = _query(state, denoiser, view, first, size, real)
+    h, out = query(state, denoiser, view, first, size, real)
     logits = denoiser.logits(h, positions(view.x.shape[0], view.window))
     return logits, view.active, out.with_length(state.length)
 
 
 @register_cli("cache", "prefix", order=10, help="Fast-dLLM's approximate prefix KV cache")
 @struct.dataclass
-class PrefixCache(_Refreshed):
+class PrefixCache(Refreshed):
   """Reuse keys/values of the positions before the current block (Fast-dLLM prefix cache)."""
 
   def query_length(self, view: CanvasView) -> int:
@@ -215,7 +218,7 @@ class PrefixCache(_Refreshed):
 
 @register_cli("cache", "dual", order=20, help="Fast-dLLM's approximate dual KV cache")
 @struct.dataclass
-class DualCache(_Refreshed):
+class DualCache(Refreshed):
   """Reuse keys/values before and after the current block (Fast-dLLM dual cache)."""
 
   def query_length(self, view: CanvasView) -> int:

@@ -74,6 +74,10 @@ class _Offset:
   def logits(self, hidden, index):
     return self.inner.logits(hidden, index)
 
+  @property
+  def block_size(self) -> int | None:
+    return self.inner.block_size
+
   def init_cache(self, batch, length):
     return self.inner.init_cache(batch, length)
 
@@ -126,7 +130,7 @@ class PrefillingCache(DualCache):
   def prepare(self, denoiser, prompt: jax.Array, prompt_lengths: jax.Array):
     """(denoiser, query prompt i32[B, query_tokens], its lengths, this cache with its context):
     what the sampler decodes instead of the long prompt."""
-    if getattr(denoiser, "block_size", None) is not None:
+    if denoiser.block_size is not None:
       raise ValueError("PrefillingCache serves bidirectional dLLMs; a block-causal model's "
                        "prompt cache is exact already (DualCache)")
     batch, width = prompt.shape
@@ -171,7 +175,7 @@ class PrefillingCache(DualCache):
                          positions=cache.positions.at[:, :size].set(self.context.positions),
                          length=self.context_length)
 
-  def _base(self, state, denoiser, batch, width):
+  def refresh_base(self, state, denoiser, batch, width):
     return state.with_length(self.context_length), self.context_length
 
 

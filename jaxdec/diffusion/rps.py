@@ -103,4 +103,5 @@ class RipplePivot(Scheduler):
       probs = jax.nn.softmax(ahead.astype(jnp.float32), axis=-1)  # never proposed.
       sure = jnp.take_along_axis(probs, x0[..., None], axis=-1)[..., 0] >= tau
       tokens = jnp.where(rest & sure, x0.astype(tokens.dtype), tokens)
-    return Decision(tokens=tokens, finished=filled(tokens, view.mask_id)), state
+    return Decision(tokens=tokens, finished=filled(tokens, view.mask_id), lookaheads=1,
+                    sequences=hyps), state

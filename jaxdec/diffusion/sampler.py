@@ -54,11 +54,12 @@ class Denoiser(Protocol):
   """What the sampler needs from a model: hidden states for tokens at positions, of which the
   first valid_lengths i32[B] per row are real (with an optional KVCache, as
   `jaxdec.model.forward`), and logits f32[B, N, V] of the hidden states at index i32[B, N].
-  Tests plug in hand-built logits this way. Optional: `block_size`, an int when the model is
-  block-causal (the caches then run exact without refreshes; see caches.py)."""
+  Tests plug in hand-built logits this way. `block_size`: an int when the model is block-causal
+  (the caches then run exact without refreshes; see caches.py), else None."""
 
   mask_token_id: int
   shifted_logits: bool
+  block_size: int | None
 
   def hidden(self, tokens: jax.Array, positions: jax.Array, cache: KVCache | None,
              valid_lengths: jax.Array) -> tuple[Any, KVCache | None]: ...
@@ -94,7 +95,7 @@ class ModelDenoiser:
   @property
   def block_size(self) -> int | None:
     """A `BlockCausal` model's block (caches are exact for it), None for other patterns."""
-    return getattr(self.config.attention, "block_size", None)
+    return self.config.attention.block_size
 
   def hidden(self, tokens, positions, cache, valid_lengths):
     if self.offsets is not None:
@@ -146,6 +147,10 @@ class Guided:
   def logits(self, hidden, index):
     cond, uncond = jnp.split(self.inner.logits(hidden, jnp.concatenate([index, index])), 2)
     return uncond + (jnp.asarray(self.scale, jnp.float32) + 1.0) * (cond - uncond)
+
+  @property
+  def block_size(self) -> int | None:
+    return self.inner.block_size
 
   def init_cache(self, batch, length):
     raise ValueError("classifier-free guidance runs without a cache (cache=None)")
@@ -203,8 +208,8 @@ class _Setting:
 
 
 def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place, inside):
-  """Proposals, confidences and the scheduler's view of the window; returns (StepView,
-  lookahead forwards counter)."""
+  """Proposals, confidences and the scheduler's view of the window; returns (StepView, a list
+  that records at trace time whether the scheduler called `lookahead`)."""
   mask_id = c.denoiser.mask_token_id
   rows = jnp.arange(s.x.shape[0], dtype=jnp.int32)
   tokens = jnp.take_along_axis(s.x, jnp.minimum(place, s.x.shape[1] - 1), axis=1)
@@ -213,14 +218,14 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
   x0, conf = propose(logits, c.temperature, keys, confidence=c.scheduler.confidence,
                      tempered=c.scheduler.tempered, mask_id=mask_id, eos=c.eos)
   masked = jnp.sum(candidates, axis=1, dtype=jnp.int32)
-  lookaheads = []  # The hypotheses of each call, counted at trace time.
+  called = []  # Only to check the scheduler's report (`Decision.lookaheads`), never to count.
 
   def one(window_tokens):
     x = s.x.at[rows[:, None], jnp.where(inside, place, s.x.shape[1])].set(window_tokens, mode="drop")
     return _ruled(c, x, c.cache.logits(s.cache, c.denoiser, view.replace(x=x))[0], place)
 
   def lookahead(window_tokens):
-    lookaheads.append(window_tokens.shape[1] if window_tokens.ndim == 3 else 1)
+    called.append(True)
     if window_tokens.ndim == 3:  # [B, H, N]: H hypotheses per row, run as one batched forward.
       return jax.vmap(one, in_axes=1, out_axes=1)(window_tokens)
     return one(window_tokens)
@@ -230,7 +235,7 @@ def _step_view(c: _Setting, s: _State, view: CanvasView, logits, advance, place,
       logits=logits, step=s.step, steps=c.per_block,
       block_masks=jnp.where(s.step == 0, masked, s.block_masks), masked=masked, block=s.block,
       mask_id=mask_id, lookahead=lookahead)
-  return step_view, lookaheads
+  return step_view, called
 
 
 def _ruled(c: _Setting, x: jax.Array, logits: jax.Array, place: jax.Array) -> jax.Array:
@@ -327,10 +332,15 @@ def _step(c: _Setting, s: _State) -> _State:
   place = positions(batch, c.window, start)  # i32[B, N]: canvas positions of the window.
   inside = place < lengths[:, None]  # Windows that reach past the last block hold nothing.
   logits = _ruled(c, s.x, raw, place)
-  step_view, lookaheads = _step_view(c, s, view, logits, advance, place, inside)
+  step_view, called = _step_view(c, s, view, logits, advance, place, inside)
   decision, scheduler = c.scheduler.step(s.scheduler, step_view)
   check_returned(c.scheduler, "step", tokens=(decision.tokens, (batch, c.window)),
                  finished=(decision.finished, (batch,)))
+  if called and isinstance(decision.lookaheads, int) and decision.lookaheads == 0:
+    raise ValueError(f"{type(c.scheduler).__name__}.step calls view.lookahead but its Decision "
+                     f"reports lookaheads=0: report the forwards it ran (Decision.lookaheads)")
+  reported = jnp.broadcast_to(jnp.asarray(decision.lookaheads, jnp.int32), (batch,))
+  ran = advance.astype(jnp.int32) * reported
   scheduler = _held(advance, scheduler, s.scheduler)
   # Only advancing rows change (a cache may hold rows back for one forward while it refreshes
   # others: that keeps a batch equal to one-by-one runs, see caches.py); a decision may only
@@ -354,10 +364,11 @@ def _step(c: _Setting, s: _State) -> _State:
         token_logprobs(raw, tokens), mode="drop")
   return _State(x=x, block=block,
                 step=jnp.where(finished, 0, step), block_masks=step_view.block_masks,
-                nfe=s.nfe + advance.astype(jnp.int32) * (1 + len(lookaheads)),
-                lookaheads=s.lookaheads + advance.astype(jnp.int32) * len(lookaheads),
-                hypotheses=s.hypotheses + advance.astype(jnp.int32) * sum(lookaheads),
-                committed=committed, forwards=s.forwards + 1 + len(lookaheads), cache=cache,
+                nfe=s.nfe + advance.astype(jnp.int32) + ran, lookaheads=s.lookaheads + ran,
+                hypotheses=s.hypotheses + advance.astype(jnp.int32) * jnp.asarray(
+                    decision.sequences, jnp.int32),
+                committed=committed, forwards=s.forwards + 1 + jnp.max(reported),
+                cache=cache,
                 scheduler=scheduler, history=history, ended=ended, logprobs=logprobs)
 
 
@@ -385,8 +396,7 @@ def denoise(denoiser: Denoiser, prompt: jax.Array, prompt_lengths: jax.Array,
   if (eos.logits_eos_inf or eos.confidence_eos_eot_inf) and (eos.eos_id is None or eos.eot_id is None):
     raise ValueError(f"the EOS flags need eos_id and eot_id, got {eos}")
   cache.check(cfg_scale is not None)
-  if hasattr(cache, "prepare"):  # Once per prompt, before the loop: see `DiffusionCache`.
-    denoiser, prompt, prompt_lengths, cache = cache.prepare(denoiser, prompt, prompt_lengths)
+  denoiser, prompt, prompt_lengths, cache = cache.prepare(denoiser, prompt, prompt_lengths)
   stop_tokens = jnp.zeros((0,), jnp.int32) if stop_tokens is None else jnp.asarray(stop_tokens, jnp.int32)
   batch, width = prompt.shape
   if cfg_scale is not None:

@@ -58,9 +58,8 @@ class StepView:
   block_masks i32[B]: candidates when the block started; masked i32[B]: candidates now;
   block i32[B]: the current block's index; mask_id: the [MASK] id;
   lookahead(tokens i32[B, N]) -> logits f32[B, N, V]: one more forward with the window set to
-  `tokens` (costs one forward per advancing row; call it unconditionally, not under lax.cond);
-  tokens i32[B, H, N] -> f32[B, H, N, V] runs H hypotheses per row as one batched forward
-  (counted as one).
+  `tokens`; tokens i32[B, H, N] -> f32[B, H, N, V] runs H hypotheses per row as one batched
+  forward. A scheduler that calls it reports what it ran in its `Decision`.
   """
 
   tokens: jax.Array
@@ -79,10 +78,14 @@ class StepView:
 
 
 class Decision(NamedTuple):
-  """tokens i32[B, N]: the window after this step; finished bool[B]: the row's block is done."""
+  """tokens i32[B, N]: the window after this step; finished bool[B]: the row's block is done;
+  lookaheads: the `StepView.lookahead` forwards this step ran (int or i32[B]; each counts as
+  one forward of the row), sequences: the sequences they ran (H for a [B, H, N] call)."""
 
   tokens: jax.Array
   finished: jax.Array
+  lookaheads: jax.Array | int = 0
+  sequences: jax.Array | int = 0
 
 
 class Scheduler(Protocol):

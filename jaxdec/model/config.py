@@ -109,7 +109,7 @@ class ModelConfig:
       value = getattr(self, name)
       if value is not None and not 0 <= value < self.vocab_size:
         raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size})")
-    if getattr(self.attention, "causal_given", False) and self.mask_token_id is None:
+    if self.attention.causal_given and self.mask_token_id is None:
       raise ValueError(f"attention={self.attention!r} hides mask tokens: set mask_token_id")
     for value in self.eos_token_ids:
       if not 0 <= value < self.vocab_size:
@@ -147,7 +147,7 @@ class ModelConfig:
     causal_given=True)` with shifted logits (zoo:gsm-dlm). Decoding such a model one token at a
     time left to right, each block's next mask predicted by the given token before it, runs
     exactly that causal LM (`causal_stream`)."""
-    return getattr(self.attention, "causal_given", False) and self.shifted_logits
+    return self.attention.causal_given and self.shifted_logits
 
   def causal_stream(self) -> "ModelConfig":
     """This config as the causal LM its given tokens form (`has_causal_stream`; itself when causal):

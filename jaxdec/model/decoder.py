@@ -113,7 +113,7 @@ def _layer_inputs(cos, sin, mask: MaskSpec, per_layer: dict):
 
 def hidden_mask_keys(tokens: jax.Array, config: ModelConfig) -> jax.Array | None:
   """bool[B, T]: the masks a `BlockCausal(causal_given=True)` model hides as keys (None else)."""
-  if getattr(config.attention, "causal_given", False):
+  if config.attention.causal_given:
     return tokens == config.mask_token_id
   return None
 

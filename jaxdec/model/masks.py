@@ -14,6 +14,7 @@ slot indices, a KV cache may hold its entries in any slot order. The XLA backend
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +23,13 @@ from flax import struct
 
 @dataclasses.dataclass(frozen=True)
 class Causal:
-  """A query sees keys at positions up to its own (autoregressive models)."""
+  """A query sees keys at positions up to its own (autoregressive models).
+
+  Every pattern declares `block_size` (BlockCausal's block; None for the others) and
+  `causal_given` (BlockCausal's option; False for the others), so callers read them directly."""
+
+  block_size: ClassVar[None] = None
+  causal_given: ClassVar[bool] = False
 
   def visible(self, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     return k_pos <= q_pos
@@ -31,6 +38,9 @@ class Causal:
 @dataclasses.dataclass(frozen=True)
 class Bidirectional:
   """A query sees every real key (masked-diffusion models: LLaDA, Dream)."""
+
+  block_size: ClassVar[None] = None
+  causal_given: ClassVar[bool] = False
 
   def visible(self, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     return jnp.ones(jnp.broadcast_shapes(q_pos.shape, k_pos.shape), jnp.bool_)

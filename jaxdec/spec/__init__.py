@@ -9,7 +9,7 @@ from jaxdec.spec.draft_model import DraftModel
 from jaxdec.spec.eagle import Eagle3
 from jaxdec.spec.heads import Heads
 from jaxdec.spec.kforcing import KForcing, PushForward
-from jaxdec.spec.drafter import Context, Drafter, Feedback
+from jaxdec.spec.drafter import Context, Drafter, Feedback, Switching
 from jaxdec.spec.lookup import PromptLookup
 from jaxdec.spec.loop import speculative_generate
 from jaxdec.spec.simsd import SimSD
@@ -18,7 +18,7 @@ from jaxdec.spec.tree import DynamicTree, Topology, Tree
 from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation, Verdict, VerifyInputs,
                                 Verifier)
 
-__all__ = ["speculative_generate", "Drafter", "Context", "Feedback", "DraftModel",
+__all__ = ["speculative_generate", "Drafter", "Switching", "Context", "Feedback", "DraftModel",
            "PromptLookup", "AdaPLD", "SimSD", "SSR", "SuffixCache", "ssr_generate", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
            "DynamicTree", "Topology", "Draft", "Verdict", "VerifyInputs", "Verifier", "Greedy", "Exact",
            "Truncation", "Collaborative"]

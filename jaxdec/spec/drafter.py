@@ -9,9 +9,10 @@ Subclass `Drafter` to inherit the defaults (no state, no hidden states, no feedb
 `propose` is the one method without a default); any object with the same members works too
 (checked by name when the API is called).
 
-A drafter may switch topology from step to step (EntMTP): `variants()` lists drafters that share
-its state, each with its own static tree, and `pick(state)` says which runs this step; the loop
-compiles one step per branch and selects with `lax.switch`, so every branch keeps static shapes.
+A drafter that switches topology from step to step (EntMTP) declares it by subclassing
+`Switching`: `variants()` lists drafters that share its state, each with its own static tree, and
+`pick(state)` says which runs this step; the loop compiles one step per branch and selects with
+`lax.switch`, so every branch keeps static shapes.
 A drafter whose tree differs per row and step (EAGLE-2) declares a `DynamicTree` (static bounds)
 and returns each row's parents in `Draft.parents`.
 """
@@ -100,14 +101,23 @@ class Drafter(Protocol):
     """The state after verification (default: unchanged)."""
     return state
 
-  def variants(self) -> tuple["Drafter", ...]:
-    """Drafters sharing this one's state, one per topology it may switch between (default: just
-    itself). The loop sizes its buffers for the largest tree among them."""
-    return (self,)
 
+class Switching(Drafter):
+  """A drafter that switches between topologies step by step (EntMTP's entropy buckets)."""
+
+  @abc.abstractmethod
+  def variants(self) -> tuple[Drafter, ...]:
+    """Drafters sharing this one's state, one per topology it may switch between. The loop sizes
+    its buffers for the largest tree among them."""
+
+  @abc.abstractmethod
   def pick(self, state: Any) -> jax.Array:
-    """i32[]: which of `variants()` drafts this step, one choice for the whole batch (default 0)."""
-    return jnp.zeros((), jnp.int32)
+    """i32[]: which of `variants()` drafts this step, one choice for the whole batch."""
+
+
+def variants(drafter: Drafter) -> tuple[Drafter, ...]:
+  """The drafters the loop compiles a step for: a `Switching` drafter's variants, else itself."""
+  return drafter.variants() if isinstance(drafter, Switching) else (drafter,)
 
 
 def check_positive(name: str, value) -> None:

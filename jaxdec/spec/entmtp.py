@@ -20,13 +20,13 @@ import numpy as np
 from flax import struct
 
 from jaxdec.model import ModelConfig
-from jaxdec.spec.drafter import Context, Drafter, Feedback
+from jaxdec.spec.drafter import Context, Feedback, Switching
 from jaxdec.spec.heads import Heads, check_choices, choices_tree, draft_from
 from jaxdec.spec.tree import Tree
 
 
 @struct.dataclass
-class EntropyTrees(Drafter):
+class EntropyTrees(Switching):
   """Medusa heads (`params` as `spec.heads.head_logits`) drafting `trees[i]` while the running
   entropy lies in bucket i of `thresholds`. `initial` is the estimate before any token is
   committed; `active` is the branch this instance drafts (set by `variants()`)."""

@@ -26,7 +26,7 @@ from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, check_retur
                              prefill, typed_key)
 from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
 from jaxdec.sampling import Sampling
-from jaxdec.spec.drafter import Context, Drafter, Feedback
+from jaxdec.spec.drafter import Context, Drafter, Feedback, variants
 from jaxdec.spec.tree import DynamicTree, Tree
 from jaxdec.spec.verify import Exact, Greedy, Verifier, VerifyInputs
 
@@ -68,7 +68,7 @@ class Speculation:
     """Sequence and cache slots: a row that is not done has total <= P + T - 1, so its block
     (root at total - 1, then N nodes) ends at slot P + T + N - 2 at most (done rows keep running
     the batch's forwards; their writes past the end are dropped)."""
-    return width + buffer_len + max(b.tree.size for b in self.drafter.variants()) - 1
+    return width + buffer_len + max(b.tree.size for b in variants(self.drafter)) - 1
 
 
 def compact_path(cache: KVCache, base: jax.Array, path: jax.Array,
@@ -175,7 +175,7 @@ def decode(c: Speculation, d: Decoding, s: LoopState) -> LoopState:
   """Steps until every row is done, from any consistent state (after `start`, or SSR's
   reasoning phase): one compiled step per drafter variant, chosen with `lax.switch`."""
   drafter = c.drafter
-  steps = [functools.partial(step, c.replace(drafter=b), d) for b in drafter.variants()]
+  steps = [functools.partial(step, c.replace(drafter=b), d) for b in variants(drafter)]
 
   def one(s: LoopState) -> LoopState:
     if len(steps) == 1:
@@ -240,7 +240,7 @@ def prepare(model: Model, prompts, drafter, verifier=None, max_new_tokens=64, sa
   decoding.check_part(drafter, Drafter, "drafter")
   decoding.check_part(verifier, Verifier, "verifier")
   drafter.check(a.model.config)
-  for branch in drafter.variants():
+  for branch in variants(drafter):
     verifier.check(branch.tree, a.sampling)
   return Job(a.model, run, (a.prompt, a.prompt_lengths, a.sampling),
              (np.int32(a.budget), a.key, a.stops, drafter, verifier),

@@ -35,6 +35,7 @@ class TableModel:
   load: jax.Array
   mask_token_id: int = struct.field(pytree_node=False, default=MASK)
   shifted_logits: bool = struct.field(pytree_node=False, default=False)
+  block_size: None = struct.field(pytree_node=False, default=None)  # Not block-causal.
 
   def hidden(self, tokens, positions, cache, valid_lengths):
     assert cache is None, "the table model has no cache"

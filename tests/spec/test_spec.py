@@ -257,8 +257,8 @@ def test_bad_drafters_raise(model):
   with pytest.raises(ValueError, match="Collaborative verification needs a chain"):
     jaxdec.speculative_generate(model, [[5, 6]], spec.AdaPLD(), spec.Collaborative())
   with pytest.raises(TypeError, match="drafter str does not implement the Drafter protocol: it "
-                                      "lacks check, forwards, hidden_layers, init, pick, propose, "
-                                      "tree, update, variants"):
+                                      "lacks check, forwards, hidden_layers, init, propose, tree, "
+                                      "update"):
     jaxdec.speculative_generate(model, [[5, 6]], "ngram")
   with pytest.raises(TypeError, match=r"verifier must be an instance, got the class Exact: pass Exact\(...\)"):
     jaxdec.speculative_generate(model, [[5, 6]], spec.PromptLookup(2, 2), spec.Exact)
