@@ -1,11 +1,9 @@
 """The public, jitted entry points: the only module that applies `jax.jit` and places inputs.
 
-Each entry point validates on the host (`jaxdec.decoding` holds the validators, plug-in parts
-check themselves through their protocols' `check`), so bad input raises a ValueError /
-TypeError that names the problem instead of failing deep inside XLA. The un-jitted functions
-(`jaxdec.ar`, `jaxdec.spec`, `jaxdec.diffusion`, `jaxdec.model.forward`) stay pure for callers
-who want them inside their own jit.
-"""
+Each method's host-side `prepare` validates its arguments (a ValueError / TypeError naming the
+problem, never a failure deep inside XLA) and returns a `decoding.Job`, which `_run` runs. The
+un-jitted functions (`jaxdec.ar`, `jaxdec.spec`, `jaxdec.diffusion`, ...) stay pure for callers
+who want them inside their own jit."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ from jaxdec.diffusion import host as diffusion_host
 from jaxdec.model import Model
 from jaxdec.model import forward as _forward
 from jaxdec.sampling import Sampling
-from jaxdec.spec import kforcing, ssr as spec_ssr
-from jaxdec.spec import loop as spec_loop
+from jaxdec.spec import kforcing, loop as spec_loop, ssr as spec_ssr
 
 
 @jax.jit
@@ -41,8 +38,7 @@ def forward(model: Model, tokens) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("run", "static", "parts", "logprobs", "stream"))
 def _jitted(first, per_row, args, rules, stops, call_id, *, run, static, parts, logprobs, stream):
-  """Every method's compiled program: one per `run` and static setting (`parts`, the plug-ins'
-  classes, only keys the cache)."""
+  """Every method's program: one per `run` and static setting (`parts` only keys the cache)."""
   del parts
   controls = Controls(rules=rules, stops=stops, logprobs=logprobs)
   if stream:
@@ -51,11 +47,9 @@ def _jitted(first, per_row, args, rules, stops, call_id, *, run, static, parts, 
 
 
 def _run(job: decoding.Job, stream, **controls) -> DecodeOutput:
-  """The shell every entry point shares after its method's `prepare`: validate the controls;
-  place the per-row inputs (prompts first) and the controls' rules on the model's mesh, split
-  over its data axis (`sharding.place_rows`: with several processes, every process passes the
-  same full batch); run the jitted loop while listening for a stream; gather the real rows to
-  every process and cut them to the budget."""
+  """Validate the controls; place the per-row inputs and rules on the model's mesh (with several
+  processes, every process passes the same full batch); run the jitted loop while listening for
+  a stream; gather the real rows to every process and cut them to the budget."""
   controls = decoding.check_controls(job.model.config.vocab_size, job.rows, **controls)
   mesh = sharding.model_mesh(job.model)
   if job.to_loop is None:
@@ -147,12 +141,8 @@ def ssr_generate(model: Model, prompts, ssr, max_new_tokens: int = 448, *, lengt
   """SSR for a reasoning model (one that thinks inside `<think>` ... `</think>`): greedy
   decoding whose final answer is drafted from the model's own answers at partial reasoning
   budgets (`ssr`: `jaxdec.spec.SSR.for_tokenizer(tokenizer, budgets)`). The output equals
-  `generate`'s greedy output with the same controls (as `generate`), token for token;
-  `max_new_tokens` covers reasoning and answer.
-
-  Returns:
-    DecodeOutput like `generate`; `stats` as `jaxdec.spec.ssr_generate`'s: `reasoning_length`,
-    `answer_length`, `reason_forwards`, `answer_forwards`, `answer_acceptance_length`, ...
+  `generate`'s greedy output with the same controls, token for token; `max_new_tokens` covers
+  reasoning and answer. `stats` as `jaxdec.spec.ssr_generate`'s (`reasoning_length`, ...).
   """
   job = spec_ssr.prepare(model, prompts, ssr, max_new_tokens, lengths=lengths,
                          stop_tokens=stop_tokens)
@@ -198,21 +188,20 @@ def diffusion_generate(model: Model, prompts, gen_length: int = 64, block_length
     scheduler: a `jaxdec.diffusion.Scheduler`: `FixedSteps()` (LLaDA; the default), `Dream()`
       (the default for shifted models), `Threshold(tau)`, `Factor(f)`, `Frechet(delta)`, or your
       own; their values (scalars, or one per row) are traced: sweeping them does not recompile.
-    cache: a `jaxdec.diffusion.DiffusionCache`: None (exact), `PrefixCache()` or `DualCache()`
-      (Fast-dLLM; approximate), `PrefillingCache(...)` (Prefilling-dLLM), or your own.
+    cache: a `jaxdec.diffusion.DiffusionCache`: None (exact), `PrefixCache()`, `DualCache()`
+      (approximate), `PrefillingCache(...)`, `Archer(...)`, or your own.
     temperature: >= 0, scalar or per row; > 0 needs `key` (a random confidence needs one too).
     cfg_scale: LLaDA's classifier-free guidance weight (0 = off; needs cache=None).
     logits_eos_inf, confidence_eos_eot_inf: LLaDA's EOS flags; the ids default to the model's
       first and second EOS ids (`eos_token_id`, `eot_token_id` override them).
     stop_tokens: ids that end `lengths` (default: the model's EOS ids).
-    stop_early: end a row once a block it finishes holds a stop token (its later blocks come back
-      as pad, no forwards spent on them); off (LLaDA's reference sampler): every block decoded.
+    stop_early: end a row once a block it finishes holds a stop token (later blocks: pad, no
+      forwards); off (LLaDA's reference sampler): every block decoded.
     visible_suffix: None (LLaDA, Dream): the model sees the whole canvas; k >= 0: only k
       positions after the active window (0: as block-diffusion models decode). A `BlockCausal`
       model never sees later blocks; block_length must equal its block_size.
-    stop_strings, tokenizer, min_new_tokens, repetition_penalty, logprobs, stream: as
-      `generate`, read for a decoder that fills its canvas out of order
-      (`jaxdec.diffusion.sampler`): `stream` gets a row's block once it is finished.
+    The controls as `generate`, read for a decoder that fills its canvas out of order
+    (`jaxdec.diffusion.sampler`); `stream` gets a row's block once it is finished.
 
   Returns:
     DecodeOutput: `tokens` i32[B, gen_length], `lengths` i32[B], `logprobs`, `stats` (`nfe`,
@@ -234,9 +223,8 @@ def parallel_generate(model: Model, context, queries, max_new_tokens: int = 32,
                       stop_strings: Sequence[str] | None = None, tokenizer=None,
                       min_new_tokens=0, repetition_penalty=1.0, logprobs: bool = False,
                       stream: streaming.StreamCallback | None = None) -> DecodeOutput:
-  """Hyper-Parallel Decoding: many independent queries that continue one shared context, decoded
-  in one row (`jaxdec.hpd`): the context's K/V are computed once, each query sees the context
-  and itself only, and every query advances one token per forward.
+  """Hyper-Parallel Decoding (`jaxdec.hpd`): queries that continue one shared context decoded in
+  one row, the context's K/V computed once, each query seeing the context and itself only.
 
   Args:
     context: the shared context's token ids; or a list of contexts (documents) stacked in one
