@@ -1,16 +1,35 @@
-"""Strict JAX for every test, and 8 simulated CPU devices for the sharding tests."""
+"""Strict JAX for every test, 8 simulated CPU devices for the sharding tests, cheap compiles and
+one compilation cache for the run."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 # Single-threaded Eigen makes XLA:CPU's matmuls bit-reproducible inside a long test process: with
 # its thread pool, a few float32 sums came out rounded differently after other tests had run,
 # which flipped near-tied commits in the zoo regression cases (the dual-cache ones) and in the
 # knife-edge reference comparisons, one case or another per run.
-for _flag in ("--xla_force_host_platform_device_count=8", "--xla_cpu_multi_thread_eigen=false"):
+DEVICE_FLAGS = ("--xla_force_host_platform_device_count=8", "--xla_cpu_multi_thread_eigen=false")
+# Compiling dominates the suite (a test's own computation takes milliseconds on tiny models), so
+# the run compiles cheaply and each program once. XLA:CPU's expensive backend passes are off
+# (compiles about a quarter faster; tests check tokens and equalities, never speed), and one
+# persistent compilation cache serves the run's processes (both workers, the notebook kernels, the
+# regression subprocess): a program compiled in one module or process is read back, not compiled
+# again, after `_release_compiled_programs` or in another process. The controller makes the
+# directory before it starts the workers, which inherit it, and removes it when it exits.
+FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
+                      "--xla_llvm_disable_expensive_passes=true")
+for _flag in DEVICE_FLAGS + FAST_COMPILE_FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxdec-tests-xla-")
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -71,9 +90,9 @@ def model():
 
 @pytest.fixture(autouse=True)
 def _no_persistent_compile_cache(monkeypatch):
-  """`jaxdec.cli.main` turns on JAX's persistent compilation cache for the whole process; in the
-  test process that would leak into every later test (and write to the user's cache), and a cache
-  write of an 8-device executable crashed the interpreter once. CLI tests run without it."""
+  """`jaxdec.cli.main` points JAX's persistent compilation cache at the user's directory for the
+  whole process; in the test process that would move every later test's cache there. CLI tests
+  keep the run's cache."""
   import jaxdec.cli
 
   monkeypatch.setattr(jaxdec.cli, "_enable_compile_cache", lambda: None)

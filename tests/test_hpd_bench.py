@@ -8,6 +8,7 @@ from jaxdec import cli
 from jaxdec.bench import hpd
 
 
+@pytest.mark.slow  # CI runs the bench's task mode; this is the code prompts' mode
 def test_bench_hpd_code_through_the_cli(tmp_path, capsys):
   out = tmp_path / "hpd.json"
   assert cli.main(["bench", "hpd", "--queries", "2", "10", "--new-tokens", "4", "--repeats", "1",

@@ -27,25 +27,19 @@ def _name(path: str) -> str:
   return os.path.relpath(path, ROOT) if path.startswith(ROOT) else os.path.basename(path)
 
 
-# Compiling dominates these runs (a notebook compiles ~5 decoding loops); XLA:CPU's cheaper
-# backend passes cut that by a quarter. The notebooks check parity and equalities, not speed.
-FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
-                      "--xla_llvm_disable_expensive_passes=true")
-
-
 def kernel_env(workdir: str) -> dict:
   """The kernel's environment: the small sizes, CPU, this interpreter's scripts (`jaxdec`) on
-  PATH, caches under `workdir`, fast compiles, and no simulated device count (conftest's 8
-  devices are this test process's; a notebook sets its own, as on a fresh runtime)."""
+  PATH, data under `workdir`, the run's compile flags and cache (conftest; the `jaxdec` CLI's
+  cache too), and no simulated device count (conftest's 8 devices are this test process's; a
+  notebook sets its own, as on a fresh runtime)."""
   env = dict(os.environ)
   env["JAXDEC_NOTEBOOK_SMALL"] = "1"
   env.setdefault("JAX_PLATFORMS", "cpu")
   env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-  env["JAXDEC_CACHE_DIR"] = os.path.join(workdir, ".cache", "xla")  # `jaxdec` CLI compile cache.
+  env["JAXDEC_CACHE_DIR"] = env["JAX_COMPILATION_CACHE_DIR"]
   env["JAXDEC_DATA_DIR"] = os.path.join(workdir, ".cache", "corpus")
-  flags = [f for f in env.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
-  env["XLA_FLAGS"] = " ".join(flags + [f for f in FAST_COMPILE_FLAGS if f not in flags])
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                              if not f.startswith("--xla_force_host_platform_device_count"))
   return env
 
 

@@ -122,6 +122,7 @@ def test_stale_elbo_term_is_the_dense_one_when_fresh_and_moves_when_stale():
     assert (moved < 1e-4) if layers == 1 else (moved > 1e-3)
 
 
+@pytest.mark.slow  # Archer's exactness tests run in CI
 def test_bench_command_compares_each_bound_with_a_full_refresh(tmp_path):
   import json
 

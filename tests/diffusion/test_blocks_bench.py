@@ -11,6 +11,7 @@ FLOWBLOCK = "FlowBlock 2 blocks, gate 1.0, 0.9 / T2T 0.5"
 VERIFIED_FLOWBLOCK = "FlowBlock 2 blocks, gate 1.0, 0.7 / argmax edits, verified"
 
 
+@pytest.mark.slow  # each row's method has its own exactness test
 def test_rows_bring_what_they_are_compared_with(tmp_path, capsys):
   out = tmp_path / "blocks.json"
   record = blocks.run(num_prompts=3, timed_prompts=1, gen_length=64, repeats=1,

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from jaxdec.bench import diffusion as bench
 
 
@@ -121,6 +123,7 @@ def test_the_judge_prefers_its_own_greedy_continuation():
   assert own != bench.judge_bits_per_byte(judge, Bytes(), prompts[::-1], greedy)
 
 
+@pytest.mark.slow  # the bench's other tests run in CI
 def test_bench_times_a_subset_against_a_chosen_baseline(tmp_path, capsys):
   """On a block-causal model the dual cache is exact, so it can stand in as the baseline: the
   uncached LLaDA row then agrees with it row for row. Quality comes from every prompt, the timed

@@ -173,6 +173,7 @@ def test_sparse_elbo_equals_the_dense_one_on_the_prompt_it_keeps():
   assert abs(float(whole) - float(dense)) > 1e-3  # The prefix matters.
 
 
+@pytest.mark.slow  # Prefilling's exactness tests run in CI
 def test_bench_command_compares_each_score_with_dense(tmp_path):
   """`jaxdec bench prefilling` at a toy size: one row per score, ratios from the same run."""
   import json

@@ -1,6 +1,7 @@
 """`jaxdec bench spec --task gsm-synth` runs end to end on tiny models with the task's tokenizer."""
 
 import numpy as np
+import pytest
 
 import jaxdec
 from jaxdec.bench import spec as bench
@@ -9,6 +10,7 @@ from jaxdec.train.tokenizer import train_bpe
 from tiny import tiny_model
 
 
+@pytest.mark.slow  # every method of the bench once (a minute); CI checks each method by its own tests
 def test_bench_on_a_task_scores_every_method_and_checks_it_against_ar(tmp_path, capsys):
   tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
   ids = dict(vocab_size=320, max_position_embeddings=512, bos_token_id=1, eos_token_ids=(2,))

@@ -113,6 +113,7 @@ def test_ssr_equals_greedy_on_a_ragged_batch(model, options):
     assert int(alone.stats["answer_forwards"][0]) == int(s["answer_forwards"][i])
 
 
+@pytest.mark.slow  # on a zoo model; the tiny-model tests above check SSR == greedy in CI
 def test_ssr_equals_greedy_on_gsm_ar_and_drafts_long_prefixes():
   model, tok = jaxdec.load("zoo:gsm-ar"), jaxdec.load_tokenizer("zoo:gsm-ar")
   prompts = [tok.encode(p.prompt) for p in gsm_synth.problems("test", 3, 0)]

@@ -132,6 +132,7 @@ def test_dynamic_trees_with_logits_rules(model):
   np.testing.assert_array_equal(out.tokens, want.tokens)
 
 
+@pytest.mark.slow  # test_spec's eagle_dynamic_tree case checks dynamic trees' law in CI
 def test_dynamic_trees_exact_matches_ar_sampling_in_distribution(small):
   target, _, prompt = small
   sampling = jaxdec.Sampling.create(temperature=1.0, top_k=8, top_p=0.95)

@@ -63,11 +63,12 @@ def test_gsm_ar_solves_test_problems(ar_result):
 
 @needs("gsm-dlm")
 @pytest.mark.parametrize("name, scheduler", [
-    # One token per forward over 16 problems: the longest check here. The threshold row checks
-    # the same weights and cache in CI; the sampler's rule itself is checked against LLaDA's
-    # reference (tests/diffusion/test_diffusion_zoo.py, test_diffusion_reference.py).
+    # Quality checks of the shipped weights, 40-70 s each: the samplers' rules are checked against
+    # LLaDA's reference in CI (tests/diffusion/test_diffusion_zoo.py, test_diffusion_reference.py)
+    # and the caches on block-causal attention
+    # (tests/train/test_block_diffusion.py).
     pytest.param("gsm-dlm LLaDA + dual", diffusion.FixedSteps(), marks=pytest.mark.slow),
-    ("gsm-dlm threshold 0.9 + dual", diffusion.Threshold(0.9))])
+    pytest.param("gsm-dlm threshold 0.9 + dual", diffusion.Threshold(0.9), marks=pytest.mark.slow)])
 def test_gsm_dlm_solves_test_problems(tokenizer, problems, name, scheduler):
   """The dual cache is exact for gsm-dlm's block-causal attention, so the LLaDA row is LLaDA's
   one-token-per-forward sampler itself, at a window's cost per forward; a batch gives each row
@@ -98,6 +99,7 @@ def test_gsm_draft_speculation_is_lossless_and_accepts_drafts(ar, tokenizer, pro
 
 
 @needs("gsm-mtp")
+@pytest.mark.slow  # test_zoo checks pycode-mtp's heads the same way
 def test_gsm_mtp_heads_predict_and_speculate_losslessly(ar, tokenizer, problems):
   """The heads' per-rank accuracy recomputed on validation rows (the shipped tree is built from
   it), and their speculation equal to greedy AR with several tokens per target forward."""
@@ -121,6 +123,7 @@ def test_gsm_mtp_heads_predict_and_speculate_losslessly(ar, tokenizer, problems)
 
 
 @needs("gsm-kforcing")
+@pytest.mark.slow  # K-Forcing is checked on tiny models in tests/spec
 def test_gsm_kforcing_drafts_losslessly_and_decodes_alone(ar, tokenizer, problems):
   """As a drafter: equal to greedy AR with several tokens per target forward. Alone (lossy):
   four tokens per forward, the first forward's four equal to greedy AR's first four (an
@@ -141,6 +144,7 @@ def test_gsm_kforcing_drafts_losslessly_and_decodes_alone(ar, tokenizer, problem
 
 
 @needs("gsm-eagle3")
+@pytest.mark.slow  # test_zoo checks pycode-eagle3 the same way
 def test_gsm_eagle3_drafts_losslessly_with_chains_and_dynamic_trees(ar, tokenizer, problems):
   """The shipped EAGLE-3 drafter (its embedding and LM head read from gsm-ar) is lossless with a
   chain and with its dynamic tree, and drafts deep: its acceptance per depth (simulated at
@@ -157,6 +161,7 @@ def test_gsm_eagle3_drafts_losslessly_with_chains_and_dynamic_trees(ar, tokenize
 
 
 @needs("gsm-kforcing")
+@pytest.mark.slow  # the bench's rows; tests/spec/test_kforcing checks K-Forcing itself
 def test_bench_kforcing_rows_and_quality(tmp_path):
   """Every method at every batch size; the student emits several tokens per forward, and the
   teacher finds its greedy text less likely than its own."""
