@@ -19,7 +19,7 @@ import os
 import sys
 import sysconfig
 import tempfile
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -109,6 +109,18 @@ class Rows:
 
   tokens: np.ndarray
   scored: np.ndarray
+
+
+@runtime_checkable
+class ScoredData(Protocol):
+  """`TrainConfig.data` whose rows score only part of their tokens (`Rows`): its validation rows
+  are scored the same way, so the validation loss is the training loss on unseen rows."""
+
+  def build(self, stream: np.ndarray, progress: bool = True, *, tokenizer) -> Rows:
+    ...
+
+  def validation(self, tokenizer, count: int) -> Rows:
+    ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,27 @@ class Trainable(Protocol):
     ...
 
 
+@runtime_checkable
+class WholeModel(Trainable, Protocol):
+  """A trainable that is a whole decoder: the Trainer evaluates it and `train_and_export` writes
+  it as an HF model directory."""
+
+  def to_model(self, params: Any) -> Model:
+    ...
+
+
+@runtime_checkable
+class ExportablePart(Trainable, Protocol):
+  """A trainable part over a frozen target that writes its own format (a drafter's):
+  `export(params, target, windows, out_dir, *, dtype, extra, tokenizer) -> dict` evaluates the
+  weights that ship on the validation `windows` and, with `out_dir`, writes them there; the dict
+  is the evaluation stored in zoo.json."""
+
+  def export(self, params: Any, target: Model, windows: Any, out_dir: str | None, *,
+             dtype: str = "float16", extra: dict | None = None, tokenizer: Any = None) -> dict:
+    ...
+
+
 @dataclasses.dataclass(frozen=True)
 class FullModel:
   """A whole decoder with `config`: random init (normal, `init_std`) or the weights of

@@ -38,7 +38,7 @@ from jaxdec import sharding
 from jaxdec.model import Model, ModelConfig
 from jaxdec.corpus import Rows, sample_batch
 from jaxdec.train.objectives import NextToken
-from jaxdec.train.trainable import FullModel, Trainable
+from jaxdec.train.trainable import FullModel, Trainable, WholeModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,7 +380,7 @@ class Trainer:
   def to_model(self) -> Model:
     """The trained decoder as a Model (for parts that are whole decoders); with several
     processes its params are gathered, in full on every process, for evaluating and export."""
-    if not hasattr(self.part, "to_model"):
+    if not isinstance(self.part, WholeModel):
       raise TypeError(f"{type(self.part).__name__} is not a whole model (it has no to_model)")
     params = self.module.params()
     if jax.process_count() > 1:

@@ -20,6 +20,7 @@ from jaxdec import corpus, plots
 from jaxdec.train.evaluate import bits_per_byte
 from jaxdec.train.objectives import BlockDiffusion, MaskedDiffusion, NextToken
 from jaxdec.train.tokenizer import train_bpe
+from jaxdec.train.trainable import ExportablePart, WholeModel
 from jaxdec.train.trainer import TrainConfig, Trainer
 from jaxdec.zoo import METADATA_FILE
 
@@ -63,8 +64,8 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   `export_dir` says so). Returns the metadata."""
   if plot:
     plots.require()
-  whole = hasattr(cfg.trainable, "to_model")
-  if not whole and not hasattr(cfg.trainable, "export"):
+  whole = isinstance(cfg.trainable, WholeModel)
+  if not whole and not isinstance(cfg.trainable, ExportablePart):
     raise ValueError(f"train_and_export exports whole models and parts with an export method; "
                      f"{cfg.name!r} trains a {type(cfg.trainable).__name__} (use Trainer directly)")
   if export_dir and whole:
@@ -78,7 +79,7 @@ def train_and_export(cfg: TrainConfig, workdir: str, export_dir: str | None,
   stream = corpus.token_stream("train", tokenizer, source)
   if cfg.data is not None:
     stream = cfg.data.build(stream, progress=progress, tokenizer=tokenizer)
-  if hasattr(cfg.data, "validation"):  # Data that scores part of each row validates the same way.
+  if isinstance(cfg.data, corpus.ScoredData):  # Rows scored in part validate the same way.
     val_windows = cfg.data.validation(tokenizer, cfg.eval_windows)
   else:
     val_stream = corpus.token_stream("validation", tokenizer, source)
