@@ -89,7 +89,7 @@ def model():
 
 
 @pytest.fixture(autouse=True)
-def _no_persistent_compile_cache(monkeypatch):
+def _keep_the_runs_compile_cache(monkeypatch):
   """`jaxdec.cli.main` points JAX's persistent compilation cache at the user's directory for the
   whole process; in the test process that would move every later test's cache there. CLI tests
   keep the run's cache."""
