@@ -102,7 +102,7 @@ def run(model_path: str = "zoo:pycode-dlm", contexts=(1024, 2048), prompts: int 
                                            elbo_samples, i) for i, (p, t) in enumerate(tasks)])
            for b in {1, *bounds}}  # Bound 1: fresh entries at every step.
     for name, cache in settings.items():
-      bound = {NoCache: 1, Archer: getattr(cache, "bound", None)}.get(type(cache))
+      bound = 1 if isinstance(cache, NoCache) else cache.bound if isinstance(cache, Archer) else None
       rows.append({
           "context": length, "cache": name,
           "prompt tokens": int(np.mean([len(p) for p, _ in tasks])), "tokens/s": tps[name],

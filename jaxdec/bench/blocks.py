@@ -21,6 +21,7 @@ import numpy as np
 import jaxdec
 from jaxdec import diffusion, spec
 from jaxdec.bench.common import Timer, add_output_flags, report
+from jaxdec.diffusion.editing import EditState
 from jaxdec.tasks import gsm_synth
 
 
@@ -117,7 +118,7 @@ def _forwards(out) -> tuple[int, int]:
 def _edits(out) -> int:
   """T2T edits of a batch-1 output (0 for a method that does not edit)."""
   state = out.stats.get("scheduler")
-  return int(np.asarray(state.edits)[0]) if hasattr(state, "edits") else 0
+  return int(np.asarray(state.edits)[0]) if isinstance(state, EditState) else 0
 
 
 def run(model_path: str = "zoo:gsm-dlm", draft_path: str = "zoo:gsm-dlm-draft",
