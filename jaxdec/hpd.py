@@ -281,7 +281,7 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
   stream_reads = jnp.take_along_axis(reads, at_end, axis=1)
 
   kv_segments = jnp.full((batch, capacity), -1, jnp.int32).at[:, :width].set(segments)
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  cache = KVCache.init(config, batch, capacity, dtype=params.embed.dtype)
   hidden, _, cache = decode_hidden(
       params, embed(params, tokens), positions, cache, config=config, valid_lengths=lengths,
       segments=Segments(q=segments, reads=reads, kv=kv_segments))

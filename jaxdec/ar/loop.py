@@ -51,7 +51,7 @@ def start(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Arra
   """Prefill and the first token; the carry holds the KV cache of P + T slots."""
   batch, width = prompt.shape
   capacity = width + buffer_len
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  cache = KVCache.init(config, batch, capacity, dtype=params.embed.dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
   s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size)
   s = decoding.first_token(d, s, logits)

@@ -109,7 +109,7 @@ class ModelDenoiser:
     return unembed(self.params, gather_rows(hidden, index), self.config)
 
   def init_cache(self, batch, length):
-    return KVCache.init(self.config, batch, length, dtype=self.params["embed"].dtype)
+    return KVCache.init(self.config, batch, length, dtype=self.params.embed.dtype)
 
 
 def aligned_offsets(config: ModelConfig, prompt_lengths: jax.Array, block_length: int):

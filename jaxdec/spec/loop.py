@@ -156,7 +156,7 @@ def start(c: Speculation, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Ar
   hidden-state and log-probability buffers get `c.capacity` slots."""
   batch, width = prompt.shape
   capacity = c.capacity(width, buffer_len)
-  cache = KVCache.init(c.config, batch, capacity, dtype=c.params["embed"].dtype)
+  cache = KVCache.init(c.config, batch, capacity, dtype=c.params.embed.dtype)
   logits, cache, prompt_hidden = prefill(c.params, prompt, prompt_lengths, cache,
                                          config=c.config, hidden_layers=c.layers)
   hidden = None

@@ -347,7 +347,7 @@ def ssr_reason(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax
   batch, width = prompt.shape
   budget = clamp_budget(max_new_tokens, batch, buffer_len)
   capacity = _capacity(ssr, width, buffer_len)
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  cache = KVCache.init(config, batch, capacity, dtype=params.embed.dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
   s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size)
   s = decoding.first_token(d, s, logits)
