@@ -179,11 +179,11 @@ def read_eagle3(directory: str, target: Model | None = None, dtype=None, *, load
   take = _taker(tensors, directory)
   as_param = lambda x: _param(x, dtype)
   D, V = config.hidden_size, config.vocab_size
-  layer = {k: as_param(_to_jaxdec(take(f"midlayer.{_LAYER[k]}", file), ours_shape))
-           for k, (ours_shape, file) in _layer_shapes(config).items()}
-  params = {"layer": layer, "norm": as_param(take("norm.weight", (D,)))}
+  layer = EagleLayer(**{k: as_param(_to_jaxdec(take(f"midlayer.{_LAYER[k]}", file), ours_shape))
+                        for k, (ours_shape, file) in _layer_shapes(config).items()})
+  params = Eagle3Params(layer=layer, norm=as_param(take("norm.weight", (D,))))
   if reuse != "kv":
-    params.fc = as_param(take("fc.weight", (D, len(layers) * D)).T)
+    params = params.replace(fc=as_param(take("fc.weight", (D, len(layers) * D)).T))
   draft_ids = _draft_ids(tensors, int(raw.get("draft_vocab_size", V)), V, directory, take)
   embed, head = _embed_and_head(tensors, take, dtype, target, config, draft_ids, directory)
   if tensors:
