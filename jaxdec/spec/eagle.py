@@ -161,7 +161,8 @@ def attend(q, shared, diagonal=()) -> jax.Array:
   return out.reshape(batch, steps, heads, head_dim)
 
 
-def draft_logp(params: Eagle3Params, config: ModelConfig, head: jax.Array, h: jax.Array) -> jax.Array:
+def draft_logp(params: Eagle3Params, config: ModelConfig, head: jax.Array,
+               h: jax.Array) -> jax.Array:
   """Log-probabilities f32[..., Vd] over the draft vocabulary from layer outputs h[..., D]."""
   logits = jnp.einsum("...d,dv->...v", _norm(h, params.norm, config), head.astype(h.dtype))
   return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
@@ -227,8 +228,9 @@ def rerank(g: Growth, size: int) -> tuple[jax.Array, jax.Array]:
 @struct.dataclass
 class Eagle3(Drafter):
   """An EAGLE-3 drafter: `params` (`Eagle3Params`: the draft layer, its final norm, fc; no
-  `verify`); `embed` f[V, D] the target's input embedding; `head` f[D, Vd] the LM head over the draft
-  vocabulary, whose ids map to the target's through `draft_ids` i32[Vd] (None: the full vocabulary).
+  `verify`); `embed` f[V, D] the target's input embedding; `head` f[D, Vd] the LM head over the
+  draft vocabulary, whose ids map to the target's through `draft_ids` i32[Vd] (None: the full
+  vocabulary).
   `config` is the draft layer's (the target's with one layer). Load a trained one with
   `jaxdec.load_drafter`; train one with `jaxdec.train.eagle`."""
 

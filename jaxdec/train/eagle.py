@@ -272,7 +272,8 @@ def chain_terms(params, part: Eagle3Drafter, target: Model, tokens, scored, step
   return out
 
 
-def chain_acceptance(params: Eagle3Params, part: Eagle3Drafter, target: Model, windows, steps: int = 8) -> dict:
+def chain_acceptance(params: Eagle3Params, part: Eagle3Drafter, target: Model, windows,
+                     steps: int = 8) -> dict:
   """The drafter's conditional acceptance rate at each depth 1..steps of a greedy chain (EAGLE's
   n-alpha: accepted at depth d given accepted up to d - 1), simulated by the training-time test
   on `windows` (teacher-forced), and the implied tokens per step of a chain of `steps`."""

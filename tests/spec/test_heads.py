@@ -59,7 +59,7 @@ def test_sequential_heads_start_as_medusa_heads_and_learn_more(target, trained, 
   from jaxdec.spec.heads import draft_tree
 
   start = MedusaHeads(num_heads=3, sequential=True).init(jax.random.key(0), target)
-  parallel = {k: start[k] for k in ("w", "b", "unembed")}
+  parallel = start.replace(mix=None, embed=None)
   hidden = jax.random.normal(jax.random.key(1), (2, 64))
   root = jnp.array([5, 9])
   choices = tuple(sorted(TREE, key=lambda p: (len(p), p)))

@@ -25,7 +25,8 @@ def target():
 def _student(model, k=4, seed=0):
   """A push-forward student whose decoder is `model` and whose noise embedding is untrained."""
   d = model.config.hidden_size
-  noise = NoiseParams(w=0.3 * jax.random.normal(jax.random.key(seed), (16, d)), base=jnp.zeros((d,)))
+  noise = NoiseParams(w=0.3 * jax.random.normal(jax.random.key(seed), (16, d)),
+                      base=jnp.zeros((d,)))
   return PushForward(model, noise, num_tokens=k)
 
 
