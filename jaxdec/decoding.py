@@ -33,6 +33,7 @@ from flax import struct
 from jaxdec.controls import Controls, ControlState, LogitsRules, StopStrings, token_logprobs
 from jaxdec.model import (KVCache, Model, ModelConfig, decode_hidden, embed, hidden_mask_keys,
                           unembed)
+from jaxdec.model.params import Params
 from jaxdec.sampling import Sampling, check_values, sample_tokens
 
 
@@ -247,7 +248,7 @@ def typed_key(key: jax.Array | None) -> jax.Array | None:
   return jax.random.wrap_key_data(key)
 
 
-def prefill(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, cache: KVCache, *,
+def prefill(params: Params, prompt: jax.Array, prompt_lengths: jax.Array, cache: KVCache, *,
             config: ModelConfig, hidden_layers: Sequence[int] = ()):
   """Run right-padded prompts i32[B, P] into an empty cache.
 

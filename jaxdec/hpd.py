@@ -35,6 +35,7 @@ from jaxdec.controls import Controls
 from jaxdec.decoding import (DecodeOutput, DecodeStats, Decoding, Job, LoopState, bucket,
                              check_ids, typed_key)
 from jaxdec.model import KVCache, Model, ModelConfig, Segments, decode_hidden, embed, forward, unembed
+from jaxdec.model.params import Params
 from jaxdec.model.kv_cache import write_slots
 from jaxdec.sampling import Sampling
 
@@ -252,7 +253,7 @@ def stream_prompts(tokens: jax.Array, positions: jax.Array, segments: jax.Array,
   return prompts.reshape(batch * streams, width), lengths.reshape(-1).astype(jnp.int32)
 
 
-def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, segments: jax.Array,
+def parallel_generate(params: Params, tokens: jax.Array, positions: jax.Array, segments: jax.Array,
                       reads: jax.Array, lengths: jax.Array, ends: jax.Array,
                       max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
                       config: ModelConfig, buffer_len: int, sampling: Sampling | None = None,
@@ -281,7 +282,7 @@ def parallel_generate(params: dict, tokens: jax.Array, positions: jax.Array, seg
   stream_reads = jnp.take_along_axis(reads, at_end, axis=1)
 
   kv_segments = jnp.full((batch, capacity), -1, jnp.int32).at[:, :width].set(segments)
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  cache = KVCache.init(config, batch, capacity, dtype=params.embed.dtype)
   hidden, _, cache = decode_hidden(
       params, embed(params, tokens), positions, cache, config=config, valid_lengths=lengths,
       segments=Segments(q=segments, reads=reads, kv=kv_segments))

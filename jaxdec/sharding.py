@@ -24,7 +24,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdec.model import Model, ModelConfig
-from jaxdec.model.params import ParamSpec, flat_specs, unflatten
+from jaxdec.model.params import Params, ParamSpec, param_specs, path_name
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
@@ -88,11 +88,12 @@ def _spec(name: str, spec: ParamSpec, mesh: Mesh) -> P:
   return P(*axes)
 
 
-def param_shardings(config: ModelConfig, mesh: Mesh) -> dict:
-  """A NamedSharding for every param leaf (same tree structure as the params); warns for each
-  param axis replicated because the mesh does not divide it."""
-  return unflatten({name: NamedSharding(mesh, _spec(name, spec, mesh))
-                    for name, spec in flat_specs(config).items()})
+def param_shardings(config: ModelConfig, mesh: Mesh) -> Params:
+  """A `Params` of NamedSharding, one per param leaf; warns for each param axis replicated
+  because the mesh does not divide it (naming the param as files do, "layers/wq")."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, spec: NamedSharding(mesh, _spec(path_name(path), spec, mesh)),
+      param_specs(config), is_leaf=lambda x: isinstance(x, ParamSpec))
 
 
 def to_global(x, sharding: NamedSharding) -> jax.Array:
@@ -114,7 +115,7 @@ def shard_model(model: Model, mesh: Mesh) -> Model:
 
 def model_mesh(model: Model) -> Mesh | None:
   """The mesh the model's params live on, or None for single-device params."""
-  sharding = getattr(model.params["embed"], "sharding", None)
+  sharding = getattr(model.params.embed, "sharding", None)
   return sharding.mesh if isinstance(sharding, NamedSharding) else None
 
 

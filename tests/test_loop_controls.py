@@ -11,7 +11,7 @@ import pytest
 import jaxdec
 from jaxdec import decoding
 from jaxdec.controls import Controls, LogitsRules
-from jaxdec.spec.kforcing import PushForward
+from jaxdec.spec.kforcing import NoiseParams, PushForward
 from tiny import tiny_model
 
 
@@ -66,7 +66,7 @@ def target():
 
 def _student(model, k):
   d = model.config.hidden_size
-  noise = {"w": 0.3 * jax.random.normal(jax.random.key(0), (16, d)), "base": jnp.zeros((d,))}
+  noise = NoiseParams(w=0.3 * jax.random.normal(jax.random.key(0), (16, d)), base=jnp.zeros((d,)))
   return PushForward(model, noise, num_tokens=k)
 
 

@@ -31,12 +31,12 @@ def _shard(model, mesh):
 
 def test_params_are_tensor_parallel(model, mesh):
   sharded = _shard(model, mesh)
-  wq = sharded.params["layers"]["wq"]
+  wq = sharded.params.layers.wq
   assert isinstance(wq.sharding, NamedSharding)
   assert wq.sharding.spec == jax.sharding.PartitionSpec(None, None, "model", None)
   # 2 KV heads do not divide over 4 devices: replicated rather than split unevenly.
-  assert sharded.params["layers"]["wk"].sharding.spec == jax.sharding.PartitionSpec(None, None, None, None)
-  assert sharded.params["layers"]["w_up"].sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
+  assert sharded.params.layers.wk.sharding.spec == jax.sharding.PartitionSpec(None, None, None, None)
+  assert sharded.params.layers.w_up.sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
   assert len(wq.addressable_shards) == 8 and wq.addressable_shards[0].data.shape[2] == 1
 
 

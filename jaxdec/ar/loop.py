@@ -20,6 +20,7 @@ from jaxdec.controls import Controls
 from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, clamp_budget, prefill,
                              typed_key)
 from jaxdec.model import KVCache, Model, ModelConfig, forward
+from jaxdec.model.params import Params
 from jaxdec.sampling import Sampling
 
 
@@ -32,7 +33,7 @@ class ARCarry:
   last: jax.Array
 
 
-def step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig) -> LoopState:
+def step(params: Params, d: Decoding, s: LoopState, *, config: ModelConfig) -> LoopState:
   """One token per row: feed the last committed token (the cache holds the ones before it),
   choose the next under the controls, commit it."""
   m: ARCarry = s.method
@@ -46,12 +47,12 @@ def step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig) -> Loo
                    forwards=s.forwards + active.astype(jnp.int32))
 
 
-def start(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
+def start(params: Params, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
           budget: jax.Array, *, config: ModelConfig, buffer_len: int) -> LoopState:
   """Prefill and the first token; the carry holds the KV cache of P + T slots."""
   batch, width = prompt.shape
   capacity = width + buffer_len
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  cache = KVCache.init(config, batch, capacity, dtype=params.embed.dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
   s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size)
   s = decoding.first_token(d, s, logits)
@@ -59,7 +60,7 @@ def start(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Arra
   return s.replace(method=ARCarry(cache=cache, last=last))
 
 
-def generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array, max_new_tokens: jax.Array,
+def generate(params: Params, prompt: jax.Array, prompt_lengths: jax.Array, max_new_tokens: jax.Array,
              key: jax.Array | None, stop_tokens: jax.Array, *, config: ModelConfig,
              buffer_len: int, sampling: Sampling | None = None, pad_id: int = 0,
              controls: Controls = Controls()) -> DecodeOutput:

@@ -64,7 +64,7 @@ def _forwards(model, tokens: int, slots: int, count: int = 32):
   """A callable: `count` cached forwards of `tokens` new tokens over `slots` cache slots (batch
   1) in one compiled loop, as a decode loop runs them."""
   config = model.config
-  cache = KVCache.init(config, 1, slots, dtype=model.params["embed"].dtype)
+  cache = KVCache.init(config, 1, slots, dtype=model.params.embed.dtype)
   cache = cache.with_length(jnp.asarray([slots - tokens], jnp.int32))
   ids = jnp.zeros((1, tokens), jnp.int32)
 

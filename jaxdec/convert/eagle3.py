@@ -50,7 +50,8 @@ from safetensors.numpy import load_file, save_file
 from jaxdec.convert.hf_config import _rope
 from jaxdec.model import Model, ModelConfig
 from jaxdec.model.config import RopeScaling
-from jaxdec.spec.eagle import Eagle3, default_layers, draft_config, target_head
+from jaxdec.spec.eagle import (Eagle3, Eagle3Params, EagleLayer, default_layers, draft_config,
+                               target_head)
 
 ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")  # SGLang's, vLLM's names.
 REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -174,15 +175,15 @@ def read_eagle3(directory: str, target: Model | None = None, dtype=None, *, load
   layers = tuple(int(i) for i in layers)
   config = _draft_layer_config(raw, target, tensors)
   if dtype is None:
-    dtype = target.params["embed"].dtype if target is not None else jnp.float32
+    dtype = target.params.embed.dtype if target is not None else jnp.float32
   take = _taker(tensors, directory)
   as_param = lambda x: _param(x, dtype)
   D, V = config.hidden_size, config.vocab_size
-  layer = {k: as_param(_to_jaxdec(take(f"midlayer.{_LAYER[k]}", file), ours_shape))
-           for k, (ours_shape, file) in _layer_shapes(config).items()}
-  params = {"layer": layer, "norm": as_param(take("norm.weight", (D,)))}
+  layer = EagleLayer(**{k: as_param(_to_jaxdec(take(f"midlayer.{_LAYER[k]}", file), ours_shape))
+                        for k, (ours_shape, file) in _layer_shapes(config).items()})
+  params = Eagle3Params(layer=layer, norm=as_param(take("norm.weight", (D,))))
   if reuse != "kv":
-    params["fc"] = as_param(take("fc.weight", (D, len(layers) * D)).T)
+    params = params.replace(fc=as_param(take("fc.weight", (D, len(layers) * D)).T))
   draft_ids = _draft_ids(tensors, int(raw.get("draft_vocab_size", V)), V, directory, take)
   embed, head = _embed_and_head(tensors, take, dtype, target, config, draft_ids, directory)
   if tensors:
@@ -241,7 +242,7 @@ def _embed_and_head(tensors, take, dtype, target, config, draft_ids, directory):
   if "embed_tokens.weight" in tensors:
     embed = _param(take("embed_tokens.weight", (V, D)), dtype)
   else:
-    embed = target.params["embed"].astype(dtype)
+    embed = target.params.embed.astype(dtype)
   if "lm_head.weight" in tensors:
     return embed, _param(take("lm_head.weight", (vocab, D)).T, dtype)
   head = target_head(target)
@@ -288,13 +289,13 @@ def write_eagle3(drafter, out_dir: str, *, dtype: str = "float16", extra: dict |
   D, V = c.hidden_size, drafter.embed.shape[0]
   vocab = drafter.head.shape[1]
   p = jax.tree.map(lambda x: np.asarray(x, np.float32), drafter.params)
-  tensors = {f"midlayer.{_LAYER[k]}": _to_file(p["layer"][k], file)
+  tensors = {f"midlayer.{_LAYER[k]}": _to_file(getattr(p.layer, k), file)
              for k, (_, file) in _layer_shapes(c).items()}
-  tensors["norm.weight"] = p["norm"]
+  tensors["norm.weight"] = p.norm
   layers = tuple(drafter.layers)
   if drafter.reuse != "kv":
     order = np.argsort(np.asarray(layers), kind="stable")  # Public readers fuse in layer order.
-    fc = p["fc"].reshape(len(layers), D, D)[order].reshape(len(layers) * D, D)
+    fc = p.fc.reshape(len(layers), D, D)[order].reshape(len(layers) * D, D)
     tensors["fc.weight"] = np.ascontiguousarray(fc.T)
     layers = tuple(layers[i] for i in order)
   if lm_head:

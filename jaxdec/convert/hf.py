@@ -49,11 +49,11 @@ def exportable_config(config):
 def _exportable(model: Model) -> Model:
   if not _needs_zero_biases(model.config):
     return model
-  c, dtype = model.config, model.params["embed"].dtype
+  c, dtype = model.config, model.params.embed.dtype
   zeros = lambda heads: jnp.zeros((c.num_layers, heads, c.head_dim), dtype)
-  layers = dict(model.params["layers"], bq=zeros(c.num_heads), bk=zeros(c.num_kv_heads),
-                bv=zeros(c.num_kv_heads))
-  return Model(config=exportable_config(c), params=dict(model.params, layers=layers))
+  layers = model.params.layers.replace(bq=zeros(c.num_heads), bk=zeros(c.num_kv_heads),
+                                       bv=zeros(c.num_kv_heads))
+  return Model(config=exportable_config(c), params=model.params.replace(layers=layers))
 
 
 def export_hf(model: Model, tokenizer, out_dir: str) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from jaxdec.convert import families
 from jaxdec.convert.families.base import LLAMA_TENSORS, TensorNames
 from jaxdec.model.config import ModelConfig
-from jaxdec.model.params import flat_specs, unflatten
+from jaxdec.model.params import Params, flat_specs, flatten, unflatten
 
 
 class Entry(NamedTuple):
@@ -158,7 +158,7 @@ def iter_checkpoint_tensors(path: str) -> Iterator[tuple[str, np.ndarray]]:
       yield from _load_torch_file(file).items()
 
 
-def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> dict:
+def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> Params:
   """Map an iterable of (HF name, array) to the jaxdec params pytree (numpy leaves).
 
   `dtype` (e.g. jnp.bfloat16) casts every tensor; by default the checkpoint's dtype is kept.
@@ -205,10 +205,8 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> dict:
   return unflatten(flat)
 
 
-def params_to_hf_tensors(params: dict, config: ModelConfig) -> dict[str, np.ndarray]:
+def params_to_hf_tensors(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
   """The inverse of `params_from_hf_tensors`: {HF name: array in HF layout}."""
-  from jaxdec.model.params import flatten
-
   flat = {name: np.asarray(x) for name, x in flatten(params).items()}
   out = {}
   for name, entry in key_table(config).items():

@@ -22,6 +22,8 @@ import os
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from jaxdec.spec.heads import HeadsParams
+
 WEIGHT_FILES = ("model.safetensors", "medusa_lm_head.safetensors")
 
 
@@ -33,8 +35,8 @@ def is_medusa_dir(directory: str) -> bool:
     return "medusa_num_heads" in json.load(f)
 
 
-def read_medusa(directory: str) -> tuple[dict, dict]:
-  """(params as `spec.heads.head_logits` reads them, float32 numpy; config.json as a dict).
+def read_medusa(directory: str) -> tuple[HeadsParams, dict]:
+  """(the heads' params, float32 numpy; config.json as a dict).
   Every tensor must be consumed and every shape must fit, or ValueError names it."""
   with open(os.path.join(directory, "config.json")) as f:
     config = json.load(f)
@@ -53,25 +55,26 @@ def read_medusa(directory: str) -> tuple[dict, dict]:
       w[i, j] = _shaped(take(f"medusa_head.{i}.{j}.linear.weight"), (hidden, hidden), directory).T
       b[i, j] = _shaped(take(f"medusa_head.{i}.{j}.linear.bias"), (hidden,), directory)
   unembed = np.stack([_shaped(u, (hidden, vocab), directory) for u in unembed])
-  params = {"w": w, "b": b, "unembed": unembed}
+  params = HeadsParams(w=w, b=b, unembed=unembed)
   if "hydra_embed.weight" in tensors:  # jaxdec's sequential heads.
-    params["embed"] = _shaped(take("hydra_embed.weight"), (vocab, hidden), directory)
-    params["mix"] = np.stack([_shaped(take(f"hydra_mix.{i}.weight"), (hidden, hidden), directory).T
-                              for i in range(heads)])
+    params = params.replace(
+        embed=_shaped(take("hydra_embed.weight"), (vocab, hidden), directory),
+        mix=np.stack([_shaped(take(f"hydra_mix.{i}.weight"), (hidden, hidden), directory).T
+                      for i in range(heads)]))
   if tensors:
     raise ValueError(f"{directory}: tensors not used by {heads} Medusa heads of {layers} layers: "
                      f"{sorted(tensors)}")
   return params, config
 
 
-def write_medusa(params: dict, directory: str, *, choices=None, accuracy=None, entropy=None,
+def write_medusa(params: HeadsParams, directory: str, *, choices=None, accuracy=None, entropy=None,
                  extra=None, dtype: str = "float16") -> str:
-  """Write heads' params (`head_logits` layout) as a Medusa directory; `choices` / `accuracy`
+  """Write heads' params as a Medusa directory; `choices` / `accuracy`
   (the best tree and the table it came from) and `entropy` (EntMTP's profile: thresholds,
   per-bucket accuracy, decay) go into config.json's `jaxdec` entry, `extra` into config.json
   itself."""
   os.makedirs(directory, exist_ok=True)
-  w, b, unembed = (np.asarray(params[k], np.float32) for k in ("w", "b", "unembed"))
+  w, b, unembed = (np.asarray(x, np.float32) for x in (params.w, params.b, params.unembed))
   heads, layers, hidden = w.shape[:3]
   tensors = {}
   for i in range(heads):
@@ -79,10 +82,10 @@ def write_medusa(params: dict, directory: str, *, choices=None, accuracy=None, e
       tensors[f"medusa_head.{i}.{j}.linear.weight"] = w[i, j].T
       tensors[f"medusa_head.{i}.{j}.linear.bias"] = b[i, j]
     tensors[f"medusa_head.{i}.{layers}.weight"] = unembed[i].T
-  if "mix" in params:  # Sequential heads: jaxdec's own tensors beside Medusa's.
-    tensors["hydra_embed.weight"] = np.asarray(params["embed"], np.float32)
+  if params.sequential:  # Sequential heads: jaxdec's own tensors beside Medusa's.
+    tensors["hydra_embed.weight"] = np.asarray(params.embed, np.float32)
     for i in range(heads):
-      tensors[f"hydra_mix.{i}.weight"] = np.asarray(params["mix"][i], np.float32).T
+      tensors[f"hydra_mix.{i}.weight"] = np.asarray(params.mix[i], np.float32).T
   save_file({k: np.ascontiguousarray(v.astype(dtype)) for k, v in tensors.items()},
             os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
   config = {"medusa_num_heads": heads, "medusa_num_layers": layers, "hidden_size": hidden,

@@ -1,4 +1,7 @@
-"""orbax-checkpoint save / restore of a Model (params as an orbax tree + the config as JSON)."""
+"""orbax-checkpoint save / restore of a Model (params as an orbax tree + the config as JSON).
+
+The params are stored as `params.to_dict`'s nested dict, the layout these checkpoints have
+always had, so directories written before params were dataclasses still load."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxdec.model import Model, ModelConfig, check_params
-from jaxdec.model.params import param_specs, ParamSpec
+from jaxdec.model.params import ParamSpec, from_dict, param_specs, to_dict
 
 CONFIG_FILE = "jaxdec_config.json"
 
@@ -27,7 +30,7 @@ def save_orbax(model: Model, out_dir: str, tokenizer=None) -> str:
     json.dump({"config": model.config.to_dict(), "param_dtype": np.dtype(model.dtype).name}, f,
               indent=2)
   checkpointer = ocp.StandardCheckpointer()
-  checkpointer.save(os.path.join(out_dir, "params"), model.params, force=True)
+  checkpointer.save(os.path.join(out_dir, "params"), to_dict(model.params), force=True)
   checkpointer.wait_until_finished()
   if tokenizer is not None:
     tokenizer.save(out_dir)
@@ -35,8 +38,8 @@ def save_orbax(model: Model, out_dir: str, tokenizer=None) -> str:
 
 
 def load_orbax(path: str, shardings=None) -> Model:
-  """Restore a Model saved by `save_orbax`. `shardings` (a pytree of jax.sharding.Sharding
-  matching the params) restores each array directly onto its devices."""
+  """Restore a Model saved by `save_orbax`. `shardings` (a `Params` of jax.sharding.Sharding,
+  e.g. `sharding.param_shardings`) restores each array directly onto its devices."""
   path = os.path.abspath(path)
   with open(os.path.join(path, CONFIG_FILE)) as f:
     meta = json.load(f)
@@ -51,6 +54,7 @@ def load_orbax(path: str, shardings=None) -> Model:
   else:
     abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, dtype, sharding=sh), specs,
                             shardings, is_leaf=is_spec)
-  params = ocp.StandardCheckpointer().restore(os.path.join(path, "params"), abstract)
+  params = from_dict(ocp.StandardCheckpointer().restore(os.path.join(path, "params"),
+                                                        to_dict(abstract)))
   check_params(params, config)
   return Model(config=config, params=params)

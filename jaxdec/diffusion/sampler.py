@@ -48,6 +48,7 @@ from jaxdec.diffusion.proposals import EosFlags, position_keys, propose
 from jaxdec.diffusion.schedulers import Scheduler, StepView, rank_confidence
 from jaxdec.model import (BlockCausal, KVCache, ModelConfig, decode_hidden, embed,
                           hidden_mask_keys, unembed)
+from jaxdec.model.params import Params
 
 
 class Denoiser(Protocol):
@@ -80,7 +81,7 @@ class ModelDenoiser:
   """A jaxdec decoder as a Denoiser (only the window's logits are projected to the vocabulary).
   `offsets` i32[B] (optional) are added to every position: see `aligned_offsets`."""
 
-  params: dict
+  params: Params
   config: ModelConfig = struct.field(pytree_node=False)
   offsets: jax.Array | None = None
 
@@ -109,7 +110,7 @@ class ModelDenoiser:
     return unembed(self.params, gather_rows(hidden, index), self.config)
 
   def init_cache(self, batch, length):
-    return KVCache.init(self.config, batch, length, dtype=self.params["embed"].dtype)
+    return KVCache.init(self.config, batch, length, dtype=self.params.embed.dtype)
 
 
 def aligned_offsets(config: ModelConfig, prompt_lengths: jax.Array, block_length: int):
@@ -467,7 +468,7 @@ def _output_lengths(c: _Setting, tokens: jax.Array) -> jax.Array:
   return _first_ends(stops)
 
 
-def diffusion_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
+def diffusion_generate(params: Params, prompt: jax.Array, prompt_lengths: jax.Array,
                        key: jax.Array | None = None, *, config: ModelConfig, gen_length: int,
                        block_length: int, steps: jax.Array | int, scheduler: Scheduler | None = None,
                        cache: DiffusionCache | None = None, temperature: jax.Array | float = 0.0,

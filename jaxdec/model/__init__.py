@@ -8,7 +8,7 @@ from jaxdec.model.decoder import (decode_hidden, embed, forward, hidden_mask_key
                                   project_qkv, unembed)
 from jaxdec.model.kv_cache import KVCache
 from jaxdec.model.masks import Bidirectional, BlockCausal, Causal, MaskSpec, Segments
-from jaxdec.model.params import check_params, init_params, param_specs
+from jaxdec.model.params import LayerParams, Params, check_params, init_params, param_specs
 
 
 @struct.dataclass
@@ -16,14 +16,14 @@ class Model:
   """A model = (static config, params pytree). A pytree itself, so it can cross `jax.jit`."""
 
   config: ModelConfig = struct.field(pytree_node=False)
-  params: dict
+  params: Params
 
   @property
   def dtype(self):
-    return self.params["embed"].dtype
+    return self.params.embed.dtype
 
 
 __all__ = ["Model", "ModelConfig", "RopeScaling", "KVCache", "forward", "decode_hidden", "embed",
-           "hidden_mask_keys", "unembed", "init_params", "param_specs", "check_params", "attention",
-           "mask_spec", "project_qkv", "MaskSpec", "Segments", "Causal", "Bidirectional",
-           "BlockCausal"]
+           "hidden_mask_keys", "unembed", "init_params", "param_specs", "check_params", "Params",
+           "LayerParams", "attention", "mask_spec", "project_qkv", "MaskSpec", "Segments", "Causal",
+           "Bidirectional", "BlockCausal"]

@@ -20,17 +20,18 @@ from jaxdec.model.config import ModelConfig
 from jaxdec.model.kv_cache import KVCache, write_layer, write_slots
 from jaxdec.model.layers import apply_rope, gated_mlp, lead, rms_norm, rope_cos_sin
 from jaxdec.model.masks import MaskSpec, Segments
+from jaxdec.model.params import Params
 
 
-def embed(params: dict, tokens: jax.Array) -> jax.Array:
+def embed(params: Params, tokens: jax.Array) -> jax.Array:
   """tokens i32[B, T] -> [B, T, D]."""
-  return jnp.take(params["embed"], tokens, axis=0)
+  return jnp.take(params.embed, tokens, axis=0)
 
 
-def unembed(params: dict, hidden: jax.Array, config: ModelConfig) -> jax.Array:
+def unembed(params: Params, hidden: jax.Array, config: ModelConfig) -> jax.Array:
   """Final-normed hidden [..., D] -> f32[..., V] logits (tied or untied head, soft-capped when
   the config says so)."""
-  head = params["embed"].T if config.tie_word_embeddings else params["lm_head"]
+  head = params.embed.T if config.tie_word_embeddings else params.lm_head
   logits = jnp.einsum("...d,dv->...v", hidden, head).astype(jnp.float32)
   if config.final_logit_softcap is not None:
     cap = config.final_logit_softcap
@@ -45,20 +46,20 @@ def _norm(x, weight, config: ModelConfig):
 def project_qkv(h, p, cos, sin, config: ModelConfig):
   """Normed input h[B, T, D_in] -> RoPE'd q[B, T, H, hd], k, v[B, T, K, hd] with layer params p
   (D_in may differ from hidden_size: EAGLE-3's draft layer reads 2 x hidden_size)."""
-  q = jnp.einsum("btd,dhk->bthk", h, p["wq"])
-  k = jnp.einsum("btd,dhk->bthk", h, p["wk"])
-  v = jnp.einsum("btd,dhk->bthk", h, p["wv"])
+  q = jnp.einsum("btd,dhk->bthk", h, p.wq)
+  k = jnp.einsum("btd,dhk->bthk", h, p.wk)
+  v = jnp.einsum("btd,dhk->bthk", h, p.wv)
   if config.qkv_bias:
-    q, k, v = q + lead(p["bq"], q), k + lead(p["bk"], k), v + lead(p["bv"], v)
+    q, k, v = q + lead(p.bq, q), k + lead(p.bk, k), v + lead(p.bv, v)
   if config.qk_norm:
-    q, k = _norm(q, p["q_norm"], config), _norm(k, p["k_norm"], config)
+    q, k = _norm(q, p.q_norm, config), _norm(k, p.k_norm, config)
   return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
   """One pre-norm block (plus Gemma's norms on the attention / MLP outputs with `post_norms`).
   `kv` = (k_all, v_all, layer, start) when a cache is used."""
-  q, k, v = project_qkv(_norm(x, p["attn_norm"], config), p, cos, sin, config)
+  q, k, v = project_qkv(_norm(x, p.attn_norm, config), p, cos, sin, config)
   if kv is not None:
     k_all, v_all, layer, start = kv
     k_all = write_layer(k_all, layer, k, start)
@@ -68,11 +69,11 @@ def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
   scale = None if config.query_pre_attn_scalar is None else config.query_pre_attn_scalar ** -0.5
   out = attention(q, k, v, mask=mask, scale=scale, softcap=config.attn_logit_softcap,
                   backend=config.attention_backend)
-  out = jnp.einsum("bthk,hkd->btd", out, p["wo"])
-  x = x + (_norm(out, p["post_attn_norm"], config) if config.post_norms else out)
-  h = _norm(x, p["mlp_norm"], config)
-  out = gated_mlp(h, p["w_gate"], p["w_up"], p["w_down"], config.activation)
-  x = x + (_norm(out, p["post_mlp_norm"], config) if config.post_norms else out)
+  out = jnp.einsum("bthk,hkd->btd", out, p.wo)
+  x = x + (_norm(out, p.post_attn_norm, config) if config.post_norms else out)
+  h = _norm(x, p.mlp_norm, config)
+  out = gated_mlp(h, p.w_gate, p.w_up, p.w_down, config.activation)
+  x = x + (_norm(out, p.post_mlp_norm, config) if config.post_norms else out)
   return x, kv
 
 
@@ -146,7 +147,7 @@ def _check_hidden_layers(hidden_layers: tuple[int, ...], config: ModelConfig) ->
       raise ValueError(f"hidden layer index {idx!r} is outside [0, {config.num_layers}]")
 
 
-def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
+def decode_hidden(params: Params, x: jax.Array, positions: jax.Array | None,
                   cache: KVCache | None = None, *,
                   config: ModelConfig, tree: jax.Array | None = None,
                   valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = (),
@@ -190,7 +191,7 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
       new_x, _ = _layer(x, p, *_layer_inputs(cos, sin, mask, here), config)
       return (new_x, kept), None
 
-    (x, kept), _ = jax.lax.scan(body, (x, kept), (params["layers"], layer_ids, per_layer))
+    (x, kept), _ = jax.lax.scan(body, (x, kept), (params.layers, layer_ids, per_layer))
   else:
     def body(carry, xs):
       x, kept, k_all, v_all = carry
@@ -203,10 +204,10 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
     # Two layers per loop iteration halve the per-iteration overhead that dominates small-batch
     # decode steps on CPU (measured: batch 1 +10% tokens/s, batch 8 -7%).
     (x, kept, k_all, v_all), _ = jax.lax.scan(
-        body, (x, kept, cache.k, cache.v), (params["layers"], layer_ids, per_layer), unroll=2)
+        body, (x, kept, cache.k, cache.v), (params.layers, layer_ids, per_layer), unroll=2)
     cache = KVCache(k=k_all, v=v_all, positions=mask.kv_positions, length=cache.length + positions.shape[1])
 
-  h = _norm(x, params["final_norm"], config)
+  h = _norm(x, params.final_norm, config)
   selected = None
   if hidden_layers:
     selected = jnp.stack([h if i == config.num_layers else kept[wanted.index(i)]
@@ -214,7 +215,7 @@ def decode_hidden(params: dict, x: jax.Array, positions: jax.Array | None,
   return h, selected, cache
 
 
-def forward(params: dict, tokens: jax.Array, positions: jax.Array | None,
+def forward(params: Params, tokens: jax.Array, positions: jax.Array | None,
             cache: KVCache | None = None, *,
             config: ModelConfig, tree: jax.Array | None = None,
             valid_lengths: jax.Array | None = None, hidden_layers: Sequence[int] = (),

@@ -1,10 +1,16 @@
 """The params pytree: names, shapes and logical axes, in one table.
 
-Params are a nested dict of arrays. Per-layer weights are stacked on a leading `layers` axis so
-the decoder runs them with `lax.scan`. Projections are stored for `x @ W` with explicit head
-axes (`wq: [L, D, H, hd]`), which keeps attention einsums readable and lets tensor parallelism
-shard the `heads` / `mlp` axes directly. Conversion, initialisation and sharding all read the
-same table, `param_specs`.
+Params are registered frozen dataclasses (`Params`, its `LayerParams`), so code reads them by
+attribute (`params.layers.wq`) and a misspelt name fails at once, while `jax.tree.map`, `jit`,
+optax and orbax see an ordinary pytree. An optional weight a config does without (q/k/v biases,
+q/k norms, Gemma's post norms, an untied LM head) is None: an empty subtree, with no leaf.
+Per-layer weights are stacked on a leading `layers` axis so the decoder runs them with
+`lax.scan`. Projections are stored for `x @ W` with explicit head axes (`wq: [L, D, H, hd]`),
+which keeps attention einsums readable and lets tensor parallelism shard the `heads` / `mlp`
+axes directly. Conversion, initialisation and sharding all read the same table, `param_specs`.
+
+Files name params flat, "embed", "layers/wq", "lm_head" (`flatten` / `unflatten`): the names of
+the HF key table, of sharding warnings and of orbax's layout, which nests the same way.
 
 `config` is a `ModelConfig`, read by field name: this module imports nothing of jaxdec, so that
 `ModelConfig.num_params` can count its parameters from this table without an import cycle.
@@ -12,12 +18,12 @@ same table, `param_specs`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import traverse_util
 
 
 class ParamSpec(NamedTuple):
@@ -25,67 +31,165 @@ class ParamSpec(NamedTuple):
   axes: tuple[str, ...]  # Logical axis names, mapped to mesh axes by `jaxdec.sharding`.
 
 
-def param_specs(config) -> dict:
-  """Nested dict mirroring the params pytree, with a `ParamSpec` at every leaf."""
+def pytree_dataclass(cls):
+  """A frozen dataclass registered as a pytree whose fields are all data (arrays or None)."""
+  return jax.tree_util.register_dataclass(dataclasses.dataclass(frozen=True)(cls))
+
+
+@pytree_dataclass
+class LayerParams:
+  """One decoder block's weights, each stacked on a leading `layers` axis."""
+
+  attn_norm: Any
+  wq: Any
+  wk: Any
+  wv: Any
+  wo: Any
+  mlp_norm: Any
+  w_gate: Any
+  w_up: Any
+  w_down: Any
+  bq: Any = None  # `qkv_bias`.
+  bk: Any = None
+  bv: Any = None
+  q_norm: Any = None  # `qk_norm`.
+  k_norm: Any = None
+  post_attn_norm: Any = None  # `post_norms`.
+  post_mlp_norm: Any = None
+
+  def replace(self, **changes) -> "LayerParams":
+    return dataclasses.replace(self, **changes)
+
+
+@pytree_dataclass
+class Params:
+  """A decoder's weights; `lm_head` is None when the embedding is tied."""
+
+  embed: Any
+  layers: LayerParams
+  final_norm: Any
+  lm_head: Any = None
+
+  def replace(self, **changes) -> "Params":
+    return dataclasses.replace(self, **changes)
+
+
+def param_specs(config) -> Params:
+  """The params of `config` with a `ParamSpec` at every leaf (absent optional leaves None)."""
   c = config
   L, D, H, K, hd, F, V = (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
                           c.intermediate_size, c.vocab_size)
-  layers = {
-      "attn_norm": ParamSpec((L, D), ("layers", "embed")),
-      "wq": ParamSpec((L, D, H, hd), ("layers", "embed", "heads", "head_dim")),
-      "wk": ParamSpec((L, D, K, hd), ("layers", "embed", "kv_heads", "head_dim")),
-      "wv": ParamSpec((L, D, K, hd), ("layers", "embed", "kv_heads", "head_dim")),
-      "wo": ParamSpec((L, H, hd, D), ("layers", "heads", "head_dim", "embed")),
-      "mlp_norm": ParamSpec((L, D), ("layers", "embed")),
-      "w_gate": ParamSpec((L, D, F), ("layers", "embed", "mlp")),
-      "w_up": ParamSpec((L, D, F), ("layers", "embed", "mlp")),
-      "w_down": ParamSpec((L, F, D), ("layers", "mlp", "embed")),
-  }
+  optional = {}
   if c.qkv_bias:
-    layers["bq"] = ParamSpec((L, H, hd), ("layers", "heads", "head_dim"))
-    layers["bk"] = ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim"))
-    layers["bv"] = ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim"))
+    optional.update(bq=ParamSpec((L, H, hd), ("layers", "heads", "head_dim")),
+                    bk=ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim")),
+                    bv=ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim")))
   if c.qk_norm:
-    layers["q_norm"] = ParamSpec((L, hd), ("layers", "head_dim"))
-    layers["k_norm"] = ParamSpec((L, hd), ("layers", "head_dim"))
+    optional.update(q_norm=ParamSpec((L, hd), ("layers", "head_dim")),
+                    k_norm=ParamSpec((L, hd), ("layers", "head_dim")))
   if c.post_norms:
-    layers["post_attn_norm"] = ParamSpec((L, D), ("layers", "embed"))
-    layers["post_mlp_norm"] = ParamSpec((L, D), ("layers", "embed"))
-  specs = {
-      "embed": ParamSpec((V, D), ("vocab", "embed")),
-      "layers": layers,
-      "final_norm": ParamSpec((D,), ("embed",)),
-  }
-  if not c.tie_word_embeddings:
-    specs["lm_head"] = ParamSpec((D, V), ("embed", "vocab"))
-  return specs
+    optional.update(post_attn_norm=ParamSpec((L, D), ("layers", "embed")),
+                    post_mlp_norm=ParamSpec((L, D), ("layers", "embed")))
+  layers = LayerParams(
+      attn_norm=ParamSpec((L, D), ("layers", "embed")),
+      wq=ParamSpec((L, D, H, hd), ("layers", "embed", "heads", "head_dim")),
+      wk=ParamSpec((L, D, K, hd), ("layers", "embed", "kv_heads", "head_dim")),
+      wv=ParamSpec((L, D, K, hd), ("layers", "embed", "kv_heads", "head_dim")),
+      wo=ParamSpec((L, H, hd, D), ("layers", "heads", "head_dim", "embed")),
+      mlp_norm=ParamSpec((L, D), ("layers", "embed")),
+      w_gate=ParamSpec((L, D, F), ("layers", "embed", "mlp")),
+      w_up=ParamSpec((L, D, F), ("layers", "embed", "mlp")),
+      w_down=ParamSpec((L, F, D), ("layers", "mlp", "embed")),
+      **optional)
+  return Params(embed=ParamSpec((V, D), ("vocab", "embed")), layers=layers,
+                final_norm=ParamSpec((D,), ("embed",)),
+                lm_head=None if c.tie_word_embeddings else ParamSpec((D, V), ("embed", "vocab")))
+
+
+def key_name(key) -> str:
+  """One step of a pytree key path as a name: a dataclass field's, a dict key, a list index."""
+  for attr in ("name", "key", "idx"):
+    if hasattr(key, attr):
+      return str(getattr(key, attr))
+  return str(key)
+
+
+def path_name(path) -> str:
+  """A pytree key path as a flat name, "layers/wq"."""
+  return "/".join(key_name(k) for k in path)
+
+
+def _is_spec(x) -> bool:
+  return isinstance(x, ParamSpec)
+
+
+def flatten(params) -> dict[str, Any]:
+  """{"embed": ..., "layers/wq": ...} for every leaf of a `Params` (or any pytree: a
+  `param_specs` table gives its `ParamSpec`s); None leaves have no entry."""
+  leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_spec)[0]
+  return {path_name(path): leaf for path, leaf in leaves}
 
 
 def flat_specs(config) -> dict[str, ParamSpec]:
   """`param_specs` flattened to {"layers/wq": ParamSpec, ...}."""
-  return traverse_util.flatten_dict(param_specs(config), sep="/",
-                                    is_leaf=lambda _, x: isinstance(x, ParamSpec))
+  return flatten(param_specs(config))
 
 
 def param_shapes(config) -> dict[str, tuple[int, ...]]:
   return {name: spec.shape for name, spec in flat_specs(config).items()}
 
 
-def unflatten(flat: dict[str, jax.Array]) -> dict:
-  return traverse_util.unflatten_dict(flat, sep="/")
+_TOP = {f.name for f in dataclasses.fields(Params)} - {"layers"}
+_LAYER = {f.name for f in dataclasses.fields(LayerParams)}
 
 
-def flatten(params: dict) -> dict[str, jax.Array]:
-  return traverse_util.flatten_dict(params, sep="/")
+def unflatten(flat: dict[str, Any]) -> Params:
+  """The `Params` of flat names ("layers/wq"); names absent are None, unknown ones raise."""
+  unknown = sorted(n for n in flat if not (n in _TOP or (n.startswith("layers/")
+                                                         and n[len("layers/"):] in _LAYER)))
+  if unknown:
+    raise ValueError(f"no such params: {unknown}")
+  layers = {n[len("layers/"):]: x for n, x in flat.items() if n.startswith("layers/")}
+  missing = sorted(f"layers/{n}" for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm",
+                                           "w_gate", "w_up", "w_down") if n not in layers)
+  missing += sorted(n for n in ("embed", "final_norm") if n not in flat)
+  if missing:
+    raise ValueError(f"params need {missing}")
+  return Params(embed=flat["embed"], layers=LayerParams(**layers), final_norm=flat["final_norm"],
+                lm_head=flat.get("lm_head"))
 
 
-def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) -> dict:
+def to_dict(params: Params) -> dict:
+  """The nested dict of the flat names, {"embed": ..., "layers": {"wq": ...}} without None
+  leaves: the layout orbax checkpoints have always held."""
+  out: dict = {}
+  for name, x in flatten(params).items():
+    *outer, leaf = name.split("/")
+    node = out
+    for key in outer:
+      node = node.setdefault(key, {})
+    node[leaf] = x
+  return out
+
+
+def from_dict(nested: dict) -> Params:
+  """`to_dict`'s inverse (a params dict of the old layout, too)."""
+  flat = {}
+  for key, value in nested.items():
+    if isinstance(value, dict):
+      flat.update({f"{key}/{name}": x for name, x in value.items()})
+    else:
+      flat[key] = value
+  return unflatten(flat)
+
+
+def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
   """Random initialisation: N(0, std) matrices (output projections scaled by 1/sqrt(2L), as in
   GPT-2), norms that scale by 1 (zero weights where the norm adds 1, as Gemma's), zero biases."""
   flat = {}
   specs = flat_specs(config)
   norm_init = jnp.zeros if config.norm_unit_offset else jnp.ones
-  for i, (name, spec) in enumerate(sorted(specs.items())):
+  for i, (name, spec) in enumerate(sorted(specs.items())):  # Sorted: keys stay put as params come.
     leaf = name.rsplit("/", 1)[-1]
     if leaf.endswith("norm"):
       flat[name] = norm_init(spec.shape, dtype)
@@ -97,8 +201,14 @@ def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) ->
   return unflatten(flat)
 
 
-def check_params(params: dict, config) -> None:
-  """Raise ValueError naming any missing, unexpected or mis-shaped leaf."""
+def check_params(params: Params, config) -> None:
+  """Raise ValueError naming any missing, unexpected or mis-shaped leaf; TypeError for anything
+  but a `Params`. A nested dict of the old layout is refused rather than converted here, so that
+  the conversion (`from_dict`) is explicit where a dict comes in."""
+  if not isinstance(params, Params):
+    raise TypeError(f"params must be a jaxdec.model.params.Params, got {type(params).__name__}; "
+                    f"convert a {{'embed': ..., 'layers': {{'wq': ...}}}} dict with "
+                    f"jaxdec.model.params.from_dict")
   expected = param_shapes(config)
   got = {name: tuple(x.shape) for name, x in flatten(params).items()}
   missing = sorted(set(expected) - set(got))

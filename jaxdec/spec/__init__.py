@@ -6,9 +6,9 @@ Drafters implement `Drafter` (one file each), verifiers implement `Verifier` (ve
 
 from jaxdec.spec.adapld import AdaPLD
 from jaxdec.spec.draft_model import DraftModel
-from jaxdec.spec.eagle import Eagle3
-from jaxdec.spec.heads import Heads
-from jaxdec.spec.kforcing import KForcing, PushForward
+from jaxdec.spec.eagle import Eagle3, Eagle3Params, EagleLayer
+from jaxdec.spec.heads import Heads, HeadsParams
+from jaxdec.spec.kforcing import KForcing, NoiseParams, PushForward
 from jaxdec.spec.drafter import Context, Drafter, Feedback, Switching
 from jaxdec.spec.lookup import PromptLookup
 from jaxdec.spec.loop import speculative_generate
@@ -19,6 +19,7 @@ from jaxdec.spec.verify import (Collaborative, Draft, Exact, Greedy, Truncation,
                                 Verifier)
 
 __all__ = ["speculative_generate", "Drafter", "Switching", "Context", "Feedback", "DraftModel",
-           "PromptLookup", "AdaPLD", "SimSD", "SSR", "SuffixCache", "ssr_generate", "Heads", "KForcing", "PushForward", "Eagle3", "Tree",
-           "DynamicTree", "Topology", "Draft", "Verdict", "VerifyInputs", "Verifier", "Greedy", "Exact",
-           "Truncation", "Collaborative"]
+           "PromptLookup", "AdaPLD", "SimSD", "SSR", "SuffixCache", "ssr_generate", "Heads",
+           "HeadsParams", "KForcing", "PushForward", "NoiseParams", "Eagle3", "Eagle3Params",
+           "EagleLayer", "Tree", "DynamicTree", "Topology", "Draft", "Verdict", "VerifyInputs",
+           "Verifier", "Greedy", "Exact", "Truncation", "Collaborative"]

@@ -67,7 +67,7 @@ class DraftModel(Drafter):
 
   def init(self, prompt, prompt_lengths, capacity, hidden):
     params, config = self.model.params, self.model.config
-    cache = KVCache.init(config, prompt.shape[0], capacity, dtype=params["embed"].dtype)
+    cache = KVCache.init(config, prompt.shape[0], capacity, dtype=params.embed.dtype)
     return prefill(params, prompt, prompt_lengths, cache, config=config)[1]
 
   def propose(self, state: KVCache, ctx: Context):

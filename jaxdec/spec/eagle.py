@@ -27,6 +27,7 @@ logits (deterministic), so `Exact` verification is lossless on every tree.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,7 @@ from flax import struct
 from jaxdec.model import KVCache, MaskSpec, Model, ModelConfig, project_qkv
 from jaxdec.model.kv_cache import write_layer, write_slots
 from jaxdec.model.layers import gated_mlp, rms_norm, rope_cos_sin
+from jaxdec.model.params import pytree_dataclass
 from jaxdec.plugins import Source, register_cli
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.heads import check_choices, choices_tree
@@ -43,6 +45,51 @@ from jaxdec.spec.tree import DynamicTree, Tree
 from jaxdec.spec.verify import Draft
 
 REUSE = ("hidden", "kv", "hybrid")
+
+
+@pytree_dataclass
+class EagleLayer:
+  """The draft layer: a decoder block (one, unstacked) whose q/k/v read [embedding, feature]
+  (wq f[2D, H, hd], wk, wv f[2D, K, hd]), each half with its own norm instead of `attn_norm`.
+  Biases and q/k norms as the layer's config says (None without)."""
+
+  input_norm: Any
+  hidden_norm: Any
+  wq: Any
+  wk: Any
+  wv: Any
+  wo: Any
+  mlp_norm: Any
+  w_gate: Any
+  w_up: Any
+  w_down: Any
+  bq: Any = None
+  bk: Any = None
+  bv: Any = None
+  q_norm: Any = None
+  k_norm: Any = None
+
+
+@pytree_dataclass
+class VerifyHead:
+  """VAT's acceptance classifier on the drafter's normed output: w f[D], b f[] (training only)."""
+
+  w: Any
+  b: Any
+
+
+@pytree_dataclass
+class Eagle3Params:
+  """The drafter's weights: `layer`, the final `norm` f[D], `fc` f[n D, D] fusing the target's n
+  hidden states (None for reuse "kv", which fuses none) and, while training with VAT, `verify`."""
+
+  layer: EagleLayer
+  norm: Any
+  fc: Any = None
+  verify: VerifyHead | None = None
+
+  def replace(self, **changes) -> "Eagle3Params":
+    return dataclasses.replace(self, **changes)
 
 
 def default_layers(num_layers: int) -> tuple[int, ...]:
@@ -63,33 +110,33 @@ def draft_config(target: ModelConfig) -> ModelConfig:
 def target_head(target: Model) -> jax.Array:
   """The target's LM head f[D, V] (its embedding, transposed, when tied)."""
   p = target.params
-  return p["embed"].T if target.config.tie_word_embeddings else p["lm_head"]
+  return p.embed.T if target.config.tie_word_embeddings else p.lm_head
 
 
 def _norm(x, weight, config: ModelConfig):
   return rms_norm(x, weight, config.rms_norm_eps, config.norm_unit_offset)
 
 
-def fuse(params: dict, hidden: jax.Array) -> jax.Array:
+def fuse(params: Eagle3Params, hidden: jax.Array) -> jax.Array:
   """The target's hidden states [n, B, T, D] at the drafter's layers -> features g [B, T, D]."""
   stacked = jnp.concatenate(list(hidden), axis=-1)
-  return jnp.einsum("btf,fd->btd", stacked.astype(params["fc"].dtype), params["fc"])
+  return jnp.einsum("btf,fd->btd", stacked.astype(params.fc.dtype), params.fc)
 
 
-def pair_qkv(params: dict, config: ModelConfig, embedded, feats, positions):
+def pair_qkv(params: Eagle3Params, config: ModelConfig, embedded, feats, positions):
   """q, k, v of pairs: token embeddings [B, T, D], features [B, T, D], positions i32[B, T]."""
-  p = params["layer"]
-  x = jnp.concatenate([_norm(embedded.astype(feats.dtype), p["input_norm"], config),
-                       _norm(feats, p["hidden_norm"], config)], axis=-1)
+  p = params.layer
+  x = jnp.concatenate([_norm(embedded.astype(feats.dtype), p.input_norm, config),
+                       _norm(feats, p.hidden_norm, config)], axis=-1)
   cos, sin = rope_cos_sin(positions, config)
   return project_qkv(x, p, cos, sin, config)
 
 
-def pair_output(params: dict, config: ModelConfig, feats, attended) -> jax.Array:
+def pair_output(params: Eagle3Params, config: ModelConfig, feats, attended) -> jax.Array:
   """The layer's output h [B, T, D] from its residual stream (the features) and attention."""
-  p = params["layer"]
-  x = feats + jnp.einsum("bthk,hkd->btd", attended, p["wo"])
-  return x + gated_mlp(_norm(x, p["mlp_norm"], config), p["w_gate"], p["w_up"], p["w_down"],
+  p = params.layer
+  x = feats + jnp.einsum("bthk,hkd->btd", attended, p.wo)
+  return x + gated_mlp(_norm(x, p.mlp_norm, config), p.w_gate, p.w_up, p.w_down,
                        config.activation)
 
 
@@ -114,9 +161,10 @@ def attend(q, shared, diagonal=()) -> jax.Array:
   return out.reshape(batch, steps, heads, head_dim)
 
 
-def draft_logp(params: dict, config: ModelConfig, head: jax.Array, h: jax.Array) -> jax.Array:
+def draft_logp(params: Eagle3Params, config: ModelConfig, head: jax.Array,
+               h: jax.Array) -> jax.Array:
   """Log-probabilities f32[..., Vd] over the draft vocabulary from layer outputs h[..., D]."""
-  logits = jnp.einsum("...d,dv->...v", _norm(h, params["norm"], config), head.astype(h.dtype))
+  logits = jnp.einsum("...d,dv->...v", _norm(h, params.norm, config), head.astype(h.dtype))
   return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
 
 
@@ -179,14 +227,14 @@ def rerank(g: Growth, size: int) -> tuple[jax.Array, jax.Array]:
                             noun="an EAGLE-3 drafter"))
 @struct.dataclass
 class Eagle3(Drafter):
-  """An EAGLE-3 drafter: `params` {fc f[n D, D] (absent for reuse "kv"), layer {input_norm,
-  hidden_norm, wq f[2D, H, hd], wk, wv f[2D, K, hd], wo, mlp_norm, w_gate, w_up, w_down},
-  norm}; `embed` f[V, D] the target's input embedding; `head` f[D, Vd] the LM head over the draft
-  vocabulary, whose ids map to the target's through `draft_ids` i32[Vd] (None: the full vocabulary).
+  """An EAGLE-3 drafter: `params` (`Eagle3Params`: the draft layer, its final norm, fc; no
+  `verify`); `embed` f[V, D] the target's input embedding; `head` f[D, Vd] the LM head over the
+  draft vocabulary, whose ids map to the target's through `draft_ids` i32[Vd] (None: the full
+  vocabulary).
   `config` is the draft layer's (the target's with one layer). Load a trained one with
   `jaxdec.load_drafter`; train one with `jaxdec.train.eagle`."""
 
-  params: dict
+  params: Eagle3Params
   embed: jax.Array
   head: jax.Array
   draft_ids: jax.Array | None = None
@@ -200,6 +248,8 @@ class Eagle3(Drafter):
   choices: tuple | None = struct.field(pytree_node=False, default=None)
 
   def __post_init__(self):
+    if not isinstance(self.params, Eagle3Params):
+      raise TypeError(f"Eagle3.params must be an Eagle3Params, got {type(self.params).__name__}")
     if self.reuse not in REUSE:
       raise ValueError(f"Eagle3.reuse must be one of {REUSE}, got {self.reuse!r}")
     if not isinstance(self.config, ModelConfig):
@@ -277,7 +327,7 @@ class Eagle3(Drafter):
   def init(self, prompt, prompt_lengths, capacity, hidden=None):
     c = self.config
     shape = (1, prompt.shape[0], capacity, c.num_kv_heads, c.head_dim)
-    dtype = self.params["layer"]["wk"].dtype
+    dtype = self.params.layer.wk.dtype
     cache = KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
                     positions=jnp.zeros(prompt.shape[:1] + (capacity,), jnp.int32),
                     length=jnp.zeros(prompt.shape[:1], jnp.int32))
@@ -324,7 +374,7 @@ class Eagle3(Drafter):
     batch, total = ctx.seq.shape[0], ctx.total
     root_pos = (total - 1)[:, None]
     if self.reuse == "kv":  # Only the root pair, at slot 0, with g = 0.
-      feats = jnp.zeros((batch, 1, self.embed.shape[1]), self.params["layer"]["wk"].dtype)
+      feats = jnp.zeros((batch, 1, self.embed.shape[1]), self.params.layer.wk.dtype)
       cache, q = self._qkv_write(state, gather(ctx.seq, root_pos), feats, root_pos,
                                  jnp.zeros_like(total))
       root_feat, root_q, base = feats[:, 0], q, jnp.ones_like(total)

@@ -31,7 +31,7 @@ class EntropyTrees(Switching):
   entropy lies in bucket i of `thresholds`. `initial` is the estimate before any token is
   committed; `active` is the branch this instance drafts (set by `variants()`)."""
 
-  params: dict
+  params: HeadsParams
   trees: tuple = struct.field(pytree_node=False)
   thresholds: tuple = struct.field(pytree_node=False)
   decay: float = struct.field(pytree_node=False, default=0.8)

@@ -16,48 +16,71 @@ lossless on any tree.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from jaxdec.model import ModelConfig
+from jaxdec.model.params import pytree_dataclass
 from jaxdec.plugins import Source, register_cli
 from jaxdec.spec.drafter import Context, Drafter
 from jaxdec.spec.tree import Tree
 from jaxdec.spec.verify import Draft
 
 
-def head_logits(params: dict, hidden: jax.Array, previous: jax.Array | None = None) -> jax.Array:
+@pytree_dataclass
+class HeadsParams:
+  """K heads of R residual blocks: w f[K, R, D, D] (input x output), b f[K, R, D], unembed
+  f[K, D, V]. Sequential heads add mix f[K, D, D] and embed f[V, D] (both None for Medusa's)."""
+
+  w: Any
+  b: Any
+  unembed: Any
+  mix: Any = None
+  embed: Any = None
+
+  @property
+  def sequential(self) -> bool:
+    return self.mix is not None
+
+  def replace(self, **changes) -> "HeadsParams":
+    return dataclasses.replace(self, **changes)
+
+
+def head_logits(params: HeadsParams, hidden: jax.Array,
+                previous: jax.Array | None = None) -> jax.Array:
   """Every head's logits f32[..., K, V] from the final-normed hidden state [..., D] at t.
 
-  params: w f32[K, R, D, D] (input x output), b f32[K, R, D], unembed f32[K, D, V]; sequential
-  heads add mix f32[K, D, D] and embed f32[V, D], and read `previous` i32[..., K]: the token
-  just before each head's target (head k, predicting t + k + 1, reads token t + k)."""
-  x = jnp.broadcast_to(hidden[..., None, :], hidden.shape[:-1] + (params["w"].shape[0],)
-                       + hidden.shape[-1:]).astype(params["w"].dtype)
-  if "mix" in params:
-    x = x + jnp.einsum("...kd,kde->...ke", params["embed"][previous], params["mix"])
-  for r in range(params["w"].shape[1]):
-    bias = params["b"][:, r].reshape((1,) * (x.ndim - 2) + params["b"].shape[::2])
-    x = x + jax.nn.silu(jnp.einsum("...kd,kde->...ke", x, params["w"][:, r]) + bias)
-  return jnp.einsum("...kd,kdv->...kv", x, params["unembed"]).astype(jnp.float32)
+  Sequential heads (`HeadsParams.mix`) read `previous` i32[..., K]: the token just before each
+  head's target (head k, predicting t + k + 1, reads token t + k)."""
+  x = jnp.broadcast_to(hidden[..., None, :], hidden.shape[:-1] + (params.w.shape[0],)
+                       + hidden.shape[-1:]).astype(params.w.dtype)
+  if params.sequential:
+    x = x + jnp.einsum("...kd,kde->...ke", params.embed[previous], params.mix)
+  for r in range(params.w.shape[1]):
+    bias = params.b[:, r].reshape((1,) * (x.ndim - 2) + params.b.shape[::2])
+    x = x + jax.nn.silu(jnp.einsum("...kd,kde->...ke", x, params.w[:, r]) + bias)
+  return jnp.einsum("...kd,kdv->...kv", x, params.unembed).astype(jnp.float32)
 
 
-def _one_head(params: dict, k: int, x: jax.Array, previous: jax.Array) -> jax.Array:
+def _one_head(params: HeadsParams, k: int, x: jax.Array, previous: jax.Array) -> jax.Array:
   """Sequential head k (static) on hidden states x [N, D] after tokens i32[N] -> f32[N, V]; plain
   2-D products (XLA:CPU runs head_logits' batched einsum on a single head ~7x slower)."""
-  x = x.astype(params["w"].dtype) + params["embed"][previous] @ params["mix"][k]
-  for r in range(params["w"].shape[1]):
-    x = x + jax.nn.silu(x @ params["w"][k, r] + params["b"][k, r][None, :])
-  return (x @ params["unembed"][k]).astype(jnp.float32)
+  x = x.astype(params.w.dtype) + params.embed[previous] @ params.mix[k]
+  for r in range(params.w.shape[1]):
+    x = x + jax.nn.silu(x @ params.w[k, r] + params.b[k, r][None, :])
+  return (x @ params.unembed[k]).astype(jnp.float32)
 
 
-def draft_tree(params: dict, hidden: jax.Array, root: jax.Array, choices) -> jax.Array:
+def draft_tree(params: HeadsParams, hidden: jax.Array, root: jax.Array, choices) -> jax.Array:
   """The tokens i32[B, N] of the tree nodes `choices` (sorted, checked) drafted from the hidden
   state f32[B, D] that predicted the root token i32[B]. Parallel heads rank once; sequential
   heads run depth by depth, each parent's token feeding the head that drafts its children."""
-  if "mix" not in params:
+  if not params.sequential:
     return ranked_tokens(head_logits(params, hidden), choices)
   index = {path: i for i, path in enumerate(choices)}
   tokens = [None] * len(choices)
@@ -140,9 +163,6 @@ def choices_tree(choices) -> Tree:
   return Tree(tuple(index.get(path[:-1], 0) for path in choices))
 
 
-PARAM_KEYS = ({"w", "b", "unembed"}, {"w", "b", "unembed", "mix", "embed"})
-
-
 @register_cli("drafter", "heads", order=50, help="trained Medusa heads with their tree",
               source=Source("DRAFTER", "drafter", "the heads' directory", "zoo:pycode-mtp",
                             noun="Medusa heads"))
@@ -152,15 +172,15 @@ class Heads(Drafter):
   (default: a chain through every head). Load trained heads with `jaxdec.load_drafter`; train
   them with `jaxdec.train.mtp`."""
 
-  params: dict
+  params: HeadsParams
   choices: tuple = struct.field(pytree_node=False, default=None)
   forwards = 0
 
   def __post_init__(self):
-    if not isinstance(self.params, dict) or set(self.params) not in PARAM_KEYS:
-      raise TypeError(f"Heads.params must be a dict with w, b and unembed (and mix, embed for "
-                      f"sequential heads), got {type(self.params).__name__} "
-                      f"{sorted(self.params) if isinstance(self.params, dict) else ''}")
+    if not isinstance(self.params, HeadsParams):
+      raise TypeError(f"Heads.params must be a HeadsParams, got {type(self.params).__name__}")
+    if (self.params.mix is None) != (self.params.embed is None):
+      raise TypeError("sequential heads need both mix and embed (Medusa's heads neither)")
     choices = chain(self.num_heads) if self.choices is None else self.choices
     choices = check_choices(choices, self.num_heads)
     if max(len(p) for p in choices) < self.num_heads:
@@ -171,7 +191,7 @@ class Heads(Drafter):
 
   @property
   def num_heads(self) -> int:
-    return int(self.params["w"].shape[0])
+    return int(self.params.w.shape[0])
 
   @property
   def tree(self) -> Tree:
@@ -180,11 +200,13 @@ class Heads(Drafter):
   def with_choices(self, choices) -> "Heads":
     """The same heads drafting another tree; heads deeper than it are dropped."""
     depth = max(len(p) for p in check_choices(choices, self.num_heads))
-    params = {k: v if k == "embed" else v[:depth] for k, v in self.params.items()}
+    cut = lambda x: None if x is None else x[:depth]
+    p = self.params
+    params = p.replace(w=cut(p.w), b=cut(p.b), unembed=cut(p.unembed), mix=cut(p.mix))
     return Heads(params, tuple(choices))
 
   def check(self, target: ModelConfig) -> None:
-    _, hidden, vocab = self.params["unembed"].shape
+    _, hidden, vocab = self.params.unembed.shape
     if (hidden, vocab) != (target.hidden_size, target.vocab_size):
       raise ValueError(f"heads read hidden size {hidden} and emit {vocab} ids; the target has "
                        f"hidden size {target.hidden_size} and {target.vocab_size} ids")
@@ -199,7 +221,7 @@ class Heads(Drafter):
     return draft_from(self.params, ctx, self.choices), state
 
 
-def draft_from(params: dict, ctx: Context, choices) -> Draft:
+def draft_from(params: HeadsParams, ctx: Context, choices) -> Draft:
   """Heads' drafts of the tree `choices` after the committed sequence in `ctx`."""
   hidden = gather_hidden(ctx.hidden[0], ctx.total - 2)
   root = jnp.take_along_axis(ctx.seq, (ctx.total - 1)[:, None], 1)[:, 0]

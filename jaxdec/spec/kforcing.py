@@ -22,6 +22,8 @@ with the q_i they were drawn from).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,6 +34,7 @@ from jaxdec.controls import Controls
 from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, clamp_budget, prefill,
                              typed_key)
 from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.model.params import pytree_dataclass
 from jaxdec.plugins import Source, register_cli
 from jaxdec.sampling import token_keys
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
@@ -49,10 +52,19 @@ def noise_features(u: jax.Array, count: int) -> jax.Array:
   return jnp.tanh((u[..., None].astype(jnp.float32) - centers.reshape((1,) * u.ndim + (count,))) * count)
 
 
-def noise_embed(noise: dict, u: jax.Array) -> jax.Array:
+@pytree_dataclass
+class NoiseParams:
+  """The noise embedding: w f32[F, D] over F thresholds, base f32[D]. Saved as the tensors "w"
+  and "base" of `NOISE_FILE`."""
+
+  w: Any
+  base: Any
+
+
+def noise_embed(noise: NoiseParams, u: jax.Array) -> jax.Array:
   """The input embedding of a token drawn with uniform u: base + features(u) @ w, f32[..., D]."""
-  features = noise_features(u, noise["w"].shape[0])
-  return jnp.expand_dims(noise["base"], tuple(range(features.ndim - 1))) + features @ noise["w"]
+  features = noise_features(u, noise.w.shape[0])
+  return jnp.expand_dims(noise.base, tuple(range(features.ndim - 1))) + features @ noise.w
 
 
 def inverse_cdf(logits: jax.Array, u: jax.Array) -> jax.Array:
@@ -67,12 +79,12 @@ def inverse_cdf(logits: jax.Array, u: jax.Array) -> jax.Array:
 
 @struct.dataclass
 class PushForward:
-  """A K-Forcing student: `model` (a causal decoder), `noise` {"w": f32[F, D], "base": f32[D]},
+  """A K-Forcing student: `model` (a causal decoder), `noise` (`NoiseParams`),
   `num_tokens` k drafted per forward and the `temperature` of the teacher law it was distilled
   from (its samples approximate the teacher at that temperature)."""
 
   model: Model
-  noise: dict
+  noise: NoiseParams
   num_tokens: int = struct.field(pytree_node=False, default=4)
   temperature: float = struct.field(pytree_node=False, default=1.0)
 
@@ -83,11 +95,12 @@ class PushForward:
     if not self.model.config.is_causal:
       raise ValueError(f"a push-forward student must be causal, got attention "
                        f"{self.model.config.attention}")
-    shapes = {k: getattr(v, "shape", None) for k, v in self.noise.items()} if isinstance(self.noise, dict) else None
+    if not isinstance(self.noise, NoiseParams):
+      raise TypeError(f"PushForward.noise must be a NoiseParams, got {type(self.noise).__name__}")
+    shapes = {k: getattr(getattr(self.noise, k), "shape", None) for k in ("w", "base")}
     d = self.model.config.hidden_size
-    if (shapes is None or set(shapes) != {"w", "base"} or shapes["base"] != (d,)
-        or len(shapes["w"] or ()) != 2 or shapes["w"][1] != d):
-      raise ValueError(f"PushForward.noise must be {{'w': [F, {d}], 'base': [{d}]}}, got {shapes}")
+    if shapes["base"] != (d,) or len(shapes["w"] or ()) != 2 or shapes["w"][1] != d:
+      raise ValueError(f"PushForward.noise must be w [F, {d}], base [{d}], got {shapes}")
 
   @property
   def window(self) -> int:
@@ -99,7 +112,7 @@ class PushForward:
     params, config = self.model.params, self.model.config
     # A forward writes up to slot max(total, window) + k - 1 (`step`).
     cache = KVCache.init(config, prompt.shape[0], max(capacity, self.window) + self.num_tokens,
-                         dtype=params["embed"].dtype)
+                         dtype=params.embed.dtype)
     return prefill(params, prompt, prompt_lengths, cache, config=config)[1]
 
   def step(self, seq: jax.Array, total: jax.Array, cache: KVCache, u: jax.Array,

@@ -25,6 +25,7 @@ from jaxdec.controls import Controls, tree_pending
 from jaxdec.decoding import (DecodeOutput, Decoding, Job, LoopState, check_returned, clamp_budget,
                              prefill, typed_key)
 from jaxdec.model import KVCache, Model, ModelConfig, decode_hidden, embed, unembed
+from jaxdec.model.params import Params
 from jaxdec.sampling import Sampling
 from jaxdec.spec.drafter import Context, Drafter, Feedback, variants
 from jaxdec.spec.tree import DynamicTree, Tree
@@ -54,12 +55,12 @@ class Speculation:
 
   config: ModelConfig = struct.field(pytree_node=False)
   layers: tuple = struct.field(pytree_node=False)
-  params: dict
+  params: Params
   drafter: Drafter
   verifier: Verifier
 
   @classmethod
-  def create(cls, params: dict, config: ModelConfig, drafter: Drafter,
+  def create(cls, params: Params, config: ModelConfig, drafter: Drafter,
              verifier: Verifier) -> "Speculation":
     return cls(config=config, layers=tuple(drafter.hidden_layers(config)), params=params,
                drafter=drafter, verifier=verifier)
@@ -156,7 +157,7 @@ def start(c: Speculation, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Ar
   hidden-state and log-probability buffers get `c.capacity` slots."""
   batch, width = prompt.shape
   capacity = c.capacity(width, buffer_len)
-  cache = KVCache.init(c.config, batch, capacity, dtype=c.params["embed"].dtype)
+  cache = KVCache.init(c.config, batch, capacity, dtype=c.params.embed.dtype)
   logits, cache, prompt_hidden = prefill(c.params, prompt, prompt_lengths, cache,
                                          config=c.config, hidden_layers=c.layers)
   hidden = None
@@ -198,7 +199,7 @@ def output(c: Speculation, d: Decoding, s: LoopState, buffer_len: int) -> Decode
       accepted=s.method.accepted)
 
 
-def speculative_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
+def speculative_generate(params: Params, prompt: jax.Array, prompt_lengths: jax.Array,
                          max_new_tokens: jax.Array, key: jax.Array | None, stop_tokens: jax.Array, *,
                          config: ModelConfig, drafter: Drafter, verifier: Verifier, buffer_len: int,
                          sampling: Sampling | None = None, pad_id: int = 0,

@@ -115,7 +115,7 @@ class SimSD(Drafter):
 
   def init(self, prompt, prompt_lengths, capacity, hidden):
     params, config = self.model.params, self.model.config
-    cache = KVCache.init(config, prompt.shape[0], capacity, dtype=params["embed"].dtype)
+    cache = KVCache.init(config, prompt.shape[0], capacity, dtype=params.embed.dtype)
     cache = prefill(params, prompt, prompt_lengths, cache, config=config)[1]
     return SimSDState(cache=cache, fed=prompt_lengths)
 

@@ -45,6 +45,7 @@ from jaxdec.controls import Controls
 from jaxdec.decoding import (DecodeOutput, DecodeStats, Decoding, Job, LoopState, clamp_budget,
                              prefill)
 from jaxdec.model import KVCache, Model, ModelConfig, forward
+from jaxdec.model.params import Params
 from jaxdec.spec import loop
 from jaxdec.spec.drafter import Context, Drafter, check_positive, gather
 from jaxdec.spec.lookup import continuations, lexical_matches
@@ -290,7 +291,7 @@ def _fork(s: LoopState, fork: jax.Array, ssr: SSR) -> LoopState:
       started=m.started + fork.astype(jnp.int32), busy=m.busy | fork))
 
 
-def _reason_step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig,
+def _reason_step(params: Params, d: Decoding, s: LoopState, *, config: ModelConfig,
                  ssr: SSR) -> LoopState:
   """One forward over the 2B rows: each feeds the first token its cache lacks. A reasoning main
   row commits its next token (`decoding.commit`, under the controls); a busy branch row appends
@@ -337,7 +338,7 @@ def _reason_step(params: dict, d: Decoding, s: LoopState, *, config: ModelConfig
   return s.replace(method=m, forwards=s.forwards + reasoning.astype(jnp.int32))
 
 
-def ssr_reason(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
+def ssr_reason(params: Params, d: Decoding, prompt: jax.Array, prompt_lengths: jax.Array,
                max_new_tokens: jax.Array, *, config: ModelConfig, ssr: SSR,
                buffer_len: int) -> LoopState:
   """Phase 1: greedy reasoning on the main rows (the token loop's rows, every control applied),
@@ -347,7 +348,7 @@ def ssr_reason(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax
   batch, width = prompt.shape
   budget = clamp_budget(max_new_tokens, batch, buffer_len)
   capacity = _capacity(ssr, width, buffer_len)
-  cache = KVCache.init(config, batch, capacity, dtype=params["embed"].dtype)
+  cache = KVCache.init(config, batch, capacity, dtype=params.embed.dtype)
   logits, cache, _ = prefill(params, prompt, prompt_lengths, cache, config=config)
   s = decoding.init(d, prompt, prompt_lengths, budget, capacity, config.vocab_size)
   s = decoding.first_token(d, s, logits)
@@ -368,7 +369,7 @@ def ssr_reason(params: dict, d: Decoding, prompt: jax.Array, prompt_lengths: jax
                                    branch_tokens=m.branch_tokens))
 
 
-def ssr_answer(params: dict, d: Decoding, reasoned: LoopState, *, config: ModelConfig, ssr: SSR,
+def ssr_answer(params: Params, d: Decoding, reasoned: LoopState, *, config: ModelConfig, ssr: SSR,
                buffer_len: int) -> DecodeOutput:
   """Phase 2: greedy speculative decoding of the answer (`jaxdec.spec.loop`'s public step, from
   the reasoning phase's state), drafted by `SuffixCache` over the partial answers; the output
@@ -396,7 +397,7 @@ def ssr_answer(params: dict, d: Decoding, reasoned: LoopState, *, config: ModelC
   return out.replace(stats=stats)
 
 
-def ssr_generate(params: dict, prompt: jax.Array, prompt_lengths: jax.Array,
+def ssr_generate(params: Params, prompt: jax.Array, prompt_lengths: jax.Array,
                  max_new_tokens: jax.Array, stop_tokens: jax.Array, *, config: ModelConfig,
                  ssr: SSR, buffer_len: int, pad_id: int = 0,
                  controls: Controls = Controls()) -> DecodeOutput:

@@ -37,8 +37,9 @@ from jaxdec.convert.eagle3 import write_eagle3
 from jaxdec.decoding import positions
 from jaxdec.model import Model, ModelConfig, forward, project_qkv
 from jaxdec.model.layers import rms_norm, rope_cos_sin
-from jaxdec.spec.eagle import (REUSE, Eagle3, attend, default_layers, draft_config, draft_logp,
-                               fuse, pair_output, pair_qkv, target_head)
+from jaxdec.spec.eagle import (REUSE, Eagle3, Eagle3Params, EagleLayer, VerifyHead, attend,
+                               default_layers, draft_config, draft_logp, fuse, pair_output,
+                               pair_qkv, target_head)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,24 +70,28 @@ class Eagle3Drafter:
       return None
     return config.num_layers - 1 if self.kv_layer is None else self.kv_layer
 
-  def init(self, key: jax.Array, target: Model | None) -> dict:
+  def init(self, key: jax.Array, target: Model | None) -> Eagle3Params:
     self.check(target)
     config = target.config
     d = config.hidden_size
-    last = jax.tree.map(lambda x: x[-1].astype(jnp.float32), target.params["layers"])
+    last = jax.tree.map(lambda x: x[-1].astype(jnp.float32), target.params.layers)
     keys = jax.random.split(key, 3)
-    layer = {k: v for k, v in last.items() if k != "attn_norm"}
-    layer.update(input_norm=jnp.ones((d,), jnp.float32), hidden_norm=last["attn_norm"])
-    for i, name in enumerate(("wq", "wk", "wv")):  # [2D, heads, hd]: token half, feature half.
-      token_half = 0.02 * jax.random.normal(keys[i], last[name].shape, jnp.float32)
-      layer[name] = jnp.concatenate([token_half, last[name]], axis=0)
-    params = {"layer": layer, "norm": target.params["final_norm"].astype(jnp.float32)}
+    # [2D, heads, hd]: small random weights on the token half, the last layer's on the feature half.
+    wide = {name: jnp.concatenate([0.02 * jax.random.normal(keys[i], getattr(last, name).shape,
+                                                            jnp.float32), getattr(last, name)])
+            for i, name in enumerate(("wq", "wk", "wv"))}
+    layer = EagleLayer(input_norm=jnp.ones((d,), jnp.float32), hidden_norm=last.attn_norm,
+                       wo=last.wo, mlp_norm=last.mlp_norm, w_gate=last.w_gate, w_up=last.w_up,
+                       w_down=last.w_down, bq=last.bq, bk=last.bk, bv=last.bv,
+                       q_norm=last.q_norm, k_norm=last.k_norm, **wide)
+    params = Eagle3Params(layer=layer, norm=target.params.final_norm.astype(jnp.float32))
     n = len(self.feature_layers(config))
     if n:
-      params["fc"] = jnp.concatenate([jnp.zeros(((n - 1) * d, d), jnp.float32),
-                                      jnp.eye(d, dtype=jnp.float32)])
+      params = params.replace(fc=jnp.concatenate([jnp.zeros(((n - 1) * d, d), jnp.float32),
+                                                  jnp.eye(d, dtype=jnp.float32)]))
     if self.verification_head:
-      params["verify"] = {"w": jnp.zeros((d,), jnp.float32), "b": jnp.zeros((), jnp.float32)}
+      params = params.replace(verify=VerifyHead(w=jnp.zeros((d,), jnp.float32),
+                                                b=jnp.zeros((), jnp.float32)))
     return params
 
   def describe(self) -> dict:
@@ -110,15 +115,15 @@ class Eagle3Drafter:
                            or not 0 <= kv < config.num_layers):
       raise ValueError(f"kv_layer {kv!r} is not a layer of the target (0..{config.num_layers - 1})")
 
-  def to_drafter(self, params: dict, target: Model) -> Eagle3:
+  def to_drafter(self, params: Eagle3Params, target: Model) -> Eagle3:
     config = target.config
-    return Eagle3({k: v for k, v in params.items() if k != "verify"},
-                  embed=target.params["embed"], head=target_head(target),
+    return Eagle3(params.replace(verify=None),
+                  embed=target.params.embed, head=target_head(target),
                   config=draft_config(config), layers=self.feature_layers(config),
                   reuse=self.reuse, kv_layer=self.target_kv_layer(config), top_k=self.top_k,
                   depth=self.depth, size=self.size)
 
-  def export(self, params: dict, target: Model, windows, out_dir: str | None, *,
+  def export(self, params: Eagle3Params, target: Model, windows, out_dir: str | None, *,
              dtype: str = "float16", extra: dict | None = None, tokenizer=None) -> dict:
     """Measure the simulated chain acceptance on `windows` and, with `out_dir`, write the drafter
     in EAGLE-3's layout (`jaxdec.convert.eagle3`) naming the target as its base model. The
@@ -144,7 +149,7 @@ def _shift(x: jax.Array, n: int, axis: int = 1) -> jax.Array:
   return jnp.pad(jax.lax.slice_in_dim(x, -n, size, axis=axis), pad)
 
 
-def unroll(params: dict, part: Eagle3Drafter, target: Model, tokens: jax.Array, steps: int):
+def unroll(params: Eagle3Params, part: Eagle3Drafter, target: Model, tokens: jax.Array, steps: int):
   """The training-time test on rows tokens i32[B, T]: (outputs h f[steps, B, T, D] (step j, pair
   t), the target's log-probabilities f32[B, T, V] of token t + 2 at pair t). Everything read
   from the target is outside the gradient."""
@@ -158,17 +163,17 @@ def unroll(params: dict, part: Eagle3Drafter, target: Model, tokens: jax.Array, 
                               hidden_layers=wanted)
   logits, hidden = jax.lax.stop_gradient((logits, hidden))
   teacher = jax.nn.log_softmax(_shift(logits, -1), axis=-1)  # Pair t: token t + 2's law.
-  embedded = jax.lax.stop_gradient(target.params["embed"][_shift(tokens, -1)])  # Token t + 1.
-  dtype = params["layer"]["wk"].dtype
+  embedded = jax.lax.stop_gradient(target.params.embed[_shift(tokens, -1)])  # Token t + 1.
+  dtype = params.layer.wk.dtype
   feats = (fuse(params, hidden[:len(layers)]) if layers
            else jnp.zeros((batch, length, config.hidden_size), dtype))
   pair_pos = positions(batch, length) + 1
   index = jnp.arange(length, dtype=jnp.int32)
   shared_target = None
   if kv_layer is not None:  # The target's K/V of kv_layer at tokens 0..T-1.
-    p = jax.tree.map(lambda x: x[kv_layer], target.params["layers"])
+    p = jax.tree.map(lambda x: x[kv_layer], target.params.layers)
     cos, sin = rope_cos_sin(positions(batch, length), config)
-    normed = rms_norm(hidden[-1], p["attn_norm"], config.rms_norm_eps, config.norm_unit_offset)
+    normed = rms_norm(hidden[-1], p.attn_norm, config.rms_norm_eps, config.norm_unit_offset)
     _, k_t, v_t = jax.lax.stop_gradient(project_qkv(normed, p, cos, sin, config))
     shared_target = (k_t.astype(dtype), v_t.astype(dtype))
   outputs, own = [], []
@@ -204,7 +209,7 @@ class TrainingTimeTest:
 
   def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del key, step
-    if self.vat and "verify" not in params:
+    if self.vat and params.verify is None:
       raise ValueError("TrainingTimeTest(vat=True) trains the verification head: use "
                        "Eagle3Drafter(verification_head=True)")
     out = chain_terms(params, part, target, tokens, scored, self.steps)
@@ -261,13 +266,14 @@ def chain_terms(params, part: Eagle3Drafter, target: Model, tokens, scored, step
          "survives": jnp.stack([_shift(survives_root[i], i) for i in range(steps)]) > 0,
          "sim_tau": jnp.sum(jnp.where(root_valid, 1.0 + leading, 0.0))
                     / jnp.maximum(jnp.sum(root_valid), 1).astype(jnp.float32)}
-  if "verify" in params:
-    normed = rms_norm(h, params["norm"], target.config.rms_norm_eps, target.config.norm_unit_offset)
-    out["verify_logits"] = jnp.einsum("sbtd,d->sbt", normed, params["verify"]["w"]) + params["verify"]["b"]
+  if params.verify is not None:
+    normed = rms_norm(h, params.norm, target.config.rms_norm_eps, target.config.norm_unit_offset)
+    out["verify_logits"] = jnp.einsum("sbtd,d->sbt", normed, params.verify.w) + params.verify.b
   return out
 
 
-def chain_acceptance(params: dict, part: Eagle3Drafter, target: Model, windows, steps: int = 8) -> dict:
+def chain_acceptance(params: Eagle3Params, part: Eagle3Drafter, target: Model, windows,
+                     steps: int = 8) -> dict:
   """The drafter's conditional acceptance rate at each depth 1..steps of a greedy chain (EAGLE's
   n-alpha: accepted at depth d given accepted up to d - 1), simulated by the training-time test
   on `windows` (teacher-forced), and the implied tokens per step of a chain of `steps`."""

@@ -31,7 +31,8 @@ from safetensors.numpy import save_file
 
 from jaxdec.convert import export_hf
 from jaxdec.model import Model, decode_hidden, embed, unembed
-from jaxdec.spec.kforcing import CONFIG_FILE, NOISE_FILE, PushForward, inverse_cdf, noise_embed
+from jaxdec.spec.kforcing import (CONFIG_FILE, NOISE_FILE, NoiseParams, PushForward, inverse_cdf,
+                                  noise_embed)
 from jaxdec.train.mtp import next_token_nll
 from jaxdec.train.objectives import _mean
 
@@ -49,8 +50,8 @@ class PushForwardStudent:
     backbone = jax.tree.map(lambda x: x.astype(jnp.float32), target.params)
     d = target.config.hidden_size
     # The base starts at the mean token embedding: a slot first reads as "some token here".
-    noise = {"w": 0.02 * jax.random.normal(key, (self.features, d), jnp.float32),
-             "base": jnp.mean(backbone["embed"], axis=0)}
+    noise = NoiseParams(w=0.02 * jax.random.normal(key, (self.features, d), jnp.float32),
+                        base=jnp.mean(backbone.embed, axis=0))
     return {"backbone": backbone, "noise": noise}
 
   def describe(self) -> dict:
@@ -84,7 +85,8 @@ class PushForwardStudent:
     if out_dir:
       export_hf(student.replace(params=jax.tree.map(lambda x: x.astype(dtype), student.params)),
                 tokenizer, out_dir)
-      save_file({k: np.asarray(v, np.float32) for k, v in params["noise"].items()},
+      noise = params["noise"]
+      save_file({k: np.asarray(getattr(noise, k), np.float32) for k in ("w", "base")},
                 os.path.join(out_dir, NOISE_FILE))
       with open(os.path.join(out_dir, CONFIG_FILE), "w") as f:
         json.dump({"num_tokens": self.num_tokens, "temperature": self.temperature,

@@ -23,7 +23,8 @@ from jaxdec.model import Model, forward
 from jaxdec.convert import export_hf
 from jaxdec.convert.medusa import write_medusa
 from jaxdec.spec.entmtp import bucket_of
-from jaxdec.spec.heads import Heads, chain, expected_accepted, head_logits, sparse_tree
+from jaxdec.spec.heads import (Heads, HeadsParams, chain, expected_accepted, head_logits,
+                               sparse_tree)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,17 +45,18 @@ class MedusaHeads:
   entropy_buckets: int = 3  # EntMTP's profile, exported too: running-entropy buckets, its decay.
   entropy_decay: float = 0.8
 
-  def init(self, key: jax.Array, target: Model | None) -> dict:
+  def init(self, key: jax.Array, target: Model | None) -> HeadsParams | dict:
     del key
     self.check(target)
     config = target.config
-    head = target.params["embed"].T if config.tie_word_embeddings else target.params["lm_head"]
+    head = target.params.embed.T if config.tie_word_embeddings else target.params.lm_head
     k, r, d = self.num_heads, self.num_layers, config.hidden_size
-    params = {"w": jnp.zeros((k, r, d, d), jnp.float32), "b": jnp.zeros((k, r, d), jnp.float32),
-              "unembed": jnp.broadcast_to(head.astype(jnp.float32), (k,) + head.shape)}
+    params = HeadsParams(w=jnp.zeros((k, r, d, d), jnp.float32),
+                         b=jnp.zeros((k, r, d), jnp.float32),
+                         unembed=jnp.broadcast_to(head.astype(jnp.float32), (k,) + head.shape))
     if self.sequential:  # The target's input embedding; mixing starts at zero (Medusa's heads).
-      params.update(mix=jnp.zeros((k, d, d), jnp.float32),
-                    embed=target.params["embed"].astype(jnp.float32))
+      params = params.replace(mix=jnp.zeros((k, d, d), jnp.float32),
+                              embed=target.params.embed.astype(jnp.float32))
     if self.joint:
       return {"heads": params,
               "backbone": jax.tree.map(lambda x: x.astype(jnp.float32), target.params)}
@@ -157,7 +159,7 @@ class MultiToken:
 
   def loss(self, params, tokens, key, *, part, target=None, scored=None, step=None):
     del key, part
-    joint = "backbone" in params
+    joint = isinstance(params, dict)
     model = target.replace(params=params["backbone"]) if joint else target
     heads = params["heads"] if joint else params
     logits, labels, valid, model_logits = self._predictions(heads, tokens, model, scored,
@@ -183,7 +185,7 @@ class MultiToken:
     config = target.config
     logits, hidden, _ = forward(target.params, tokens, positions(*tokens.shape), config=config,
                                 hidden_layers=(config.num_layers,))
-    num_heads = params["w"].shape[0]
+    num_heads = params.w.shape[0]
     shift = lambda x, n, fill: jnp.pad(x[:, n:], ((0, 0), (0, n)), constant_values=fill)
     previous = jnp.stack([shift(tokens, k + 1, 0) for k in range(num_heads)], axis=-1)
     hidden = hidden[0] if backbone_grad else jax.lax.stop_gradient(hidden[0])
@@ -215,7 +217,7 @@ def next_token_nll(model: Model, windows) -> float:
   return float(np.mean(losses))
 
 
-def head_accuracy(heads_params: dict, target: Model, windows, ranks: int = 8) -> np.ndarray:
+def head_accuracy(heads_params: HeadsParams, target: Model, windows, ranks: int = 8) -> np.ndarray:
   """f64[K, ranks]: how often head k's rank-r token is the right one, over the scored positions
   of `windows` (i32[N, L], or `corpus.Rows` with a `scored` mask). `spec.heads.sparse_tree`'s
   input."""
@@ -223,7 +225,7 @@ def head_accuracy(heads_params: dict, target: Model, windows, ranks: int = 8) ->
   return _table(rank, valid, ranks)
 
 
-def entropy_profile(heads_params: dict, target: Model, windows, buckets: int = 3,
+def entropy_profile(heads_params: HeadsParams, target: Model, windows, buckets: int = 3,
                     ranks: int = 8, decay: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
   """EntMTP's offline profile: (thresholds f64[buckets - 1], accuracy f64[buckets, K, ranks]).
   The running entropy at a prediction from position t is the EMA (`decay`) of the target's
@@ -243,7 +245,7 @@ def _table(rank: np.ndarray, valid: np.ndarray, ranks: int) -> np.ndarray:
   return counts / np.maximum(np.sum(valid, axis=0), 1)[:, None]
 
 
-def _head_ranks(heads_params: dict, target: Model, windows, decay: float = 0.8):
+def _head_ranks(heads_params: HeadsParams, target: Model, windows, decay: float = 0.8):
   """Every scored position of `windows`: (the rank of the right token under each head i32[N, K],
   whether that prediction counts bool[N, K], the running entropy of the target there f32[N])."""
   tokens = np.asarray(getattr(windows, "tokens", windows))

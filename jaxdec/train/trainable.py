@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
-from jaxdec.model import Model, ModelConfig, check_params, init_params
+from jaxdec.model import Model, ModelConfig, Params, check_params, init_params
 
 
 @runtime_checkable
@@ -76,18 +76,19 @@ class FullModel:
   init_std: float = 0.02
   init_from: str | None = None
 
-  def init(self, key: jax.Array, target: Model | None) -> dict:
+  def init(self, key: jax.Array, target: Model | None) -> Params:
     del target
     if self.init_from is None:
       return init_params(self.config, key, std=self.init_std)
     from jaxdec import io
 
     params = io.load(self.init_from, dtype=jnp.float32).params
-    biases = ("bq", "bk", "bv")
-    if (not self.config.qkv_bias and all(b in params["layers"] for b in biases)
-        and not any(jnp.any(params["layers"][b]) for b in biases)):
+    layers = params.layers
+    biases = (layers.bq, layers.bk, layers.bv)
+    if (not self.config.qkv_bias and all(b is not None for b in biases)
+        and not any(jnp.any(b) for b in biases)):
       # A Qwen2-layout export of a bias-free model (zero q/k/v biases): the same function.
-      params = dict(params, layers={k: v for k, v in params["layers"].items() if k not in biases})
+      params = params.replace(layers=layers.replace(bq=None, bk=None, bv=None))
     check_params(params, self.config)  # Same shapes; attention / mask-token settings may differ.
     return params
 
@@ -99,5 +100,5 @@ class FullModel:
       raise ValueError(f"target vocabulary {target.config.vocab_size} != the model's "
                        f"{self.config.vocab_size}")
 
-  def to_model(self, params: dict) -> Model:
+  def to_model(self, params: Params) -> Model:
     return Model(config=self.config, params=params)

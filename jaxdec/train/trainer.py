@@ -36,6 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdec import sharding
 from jaxdec.model import Model, ModelConfig
+from jaxdec.model.params import key_name, path_name
 from jaxdec.corpus import Rows, sample_batch
 from jaxdec.train.objectives import NextToken
 from jaxdec.train.trainable import FullModel, Trainable, WholeModel
@@ -139,7 +140,7 @@ def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
 
 def _decays(path, _) -> bool:
   """Weight decay on matrices and embeddings, not on norm weights or biases."""
-  name = str(getattr(path[-1], "key", path[-1]))
+  name = key_name(path[-1])
   return not (name.endswith("norm") or name in ("bq", "bk", "bv"))
 
 
@@ -199,10 +200,10 @@ def _truncate_log(path: str, step: int) -> None:
 
 
 def _shapes(tree) -> dict[str, tuple]:
-  """'a/b/0' -> shape for every leaf (stored checkpoints spell integer keys as strings)."""
+  """'a/b/0' -> shape for every leaf (stored checkpoints spell integer keys as strings; a params
+  dataclass's fields are named as the dict keys orbax stores them under)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  name = lambda k: str(getattr(k, "key", getattr(k, "idx", k)))
-  return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
+  return {path_name(path): tuple(leaf.shape) for path, leaf in leaves}
 
 
 def _differences(saved, current, path: str = "") -> list[str]:

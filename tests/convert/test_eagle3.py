@@ -78,22 +78,22 @@ def test_a_published_checkpoint_reads_as_documented_and_decodes_losslessly(targe
   assert is_eagle3_dir(directory)
   drafter = read_eagle3(directory, target=target)
   t = {k: v.numpy() for k, v in tensors.items()}
-  layer = drafter.params["layer"]
+  layer = drafter.params.layer
   close = lambda a, b: np.testing.assert_allclose(np.asarray(a), b, rtol=1e-6)
-  close(layer["wq"], t["midlayer.self_attn.q_proj.weight"].T.reshape(2 * D, H, HD))
-  close(layer["wk"], t["midlayer.self_attn.k_proj.weight"].T.reshape(2 * D, K, HD))
-  close(layer["wv"], t["midlayer.self_attn.v_proj.weight"].T.reshape(2 * D, K, HD))
-  close(layer["wo"], t["midlayer.self_attn.o_proj.weight"].T.reshape(H, HD, D))
-  close(layer["input_norm"], t["midlayer.input_layernorm.weight"])
-  close(layer["hidden_norm"], t["midlayer.hidden_norm.weight"])
-  close(layer["mlp_norm"], t["midlayer.post_attention_layernorm.weight"])
+  close(layer.wq, t["midlayer.self_attn.q_proj.weight"].T.reshape(2 * D, H, HD))
+  close(layer.wk, t["midlayer.self_attn.k_proj.weight"].T.reshape(2 * D, K, HD))
+  close(layer.wv, t["midlayer.self_attn.v_proj.weight"].T.reshape(2 * D, K, HD))
+  close(layer.wo, t["midlayer.self_attn.o_proj.weight"].T.reshape(H, HD, D))
+  close(layer.input_norm, t["midlayer.input_layernorm.weight"])
+  close(layer.hidden_norm, t["midlayer.hidden_norm.weight"])
+  close(layer.mlp_norm, t["midlayer.post_attention_layernorm.weight"])
   for ours, theirs in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
-    close(layer[ours], t[f"midlayer.mlp.{theirs}.weight"].T)
-  close(drafter.params["fc"], t["fc.weight"].T)
-  close(drafter.params["norm"], t["norm.weight"])
+    close(getattr(layer, ours), t[f"midlayer.mlp.{theirs}.weight"].T)
+  close(drafter.params.fc, t["fc.weight"].T)
+  close(drafter.params.norm, t["norm.weight"])
   close(drafter.head, t["lm_head.weight"].T)
   np.testing.assert_array_equal(np.asarray(drafter.draft_ids), DRAFT_IDS)
-  np.testing.assert_array_equal(np.asarray(drafter.embed), np.asarray(target.params["embed"]))
+  np.testing.assert_array_equal(np.asarray(drafter.embed), np.asarray(target.params.embed))
   assert drafter.layers == (1, 2, 3)
   assert drafter.config.num_layers == 1 and drafter.reuse == "hidden"
 
@@ -116,9 +116,9 @@ def test_jaxdec_export_round_trips(target, tmp_path, lm_head):
   """write_eagle3 -> read_eagle3 gives the drafter back; without lm_head the head is the
   target's restricted to the draft ids. Unsorted layers are written sorted, fc's blocks with them."""
   drafter = read_eagle3(_save(tmp_path / "src", _public_tensors(1), _public_config()), target=target)
-  fc = np.asarray(drafter.params["fc"])
+  fc = np.asarray(drafter.params.fc)
   shuffled = drafter.replace(layers=(3, 1, 2), top_k=3, depth=4, size=9,
-                             params=dict(drafter.params, fc=jnp.asarray(np.concatenate(
+                             params=drafter.params.replace(fc=jnp.asarray(np.concatenate(
                                  [fc[2 * D:], fc[:D], fc[D:2 * D]]))))
   out = write_eagle3(shuffled, str(tmp_path / "out"), dtype="float32", lm_head=lm_head,
                      extra={"base_model_name_or_path": "meta-llama/not-here", "evaluation": {"x": 1}})
@@ -144,7 +144,7 @@ def test_the_base_model_in_config_json_stands_in_for_the_target(target, tmp_path
   directory = _save(tmp_path / "d", tensors,
                     _public_config(base_model_name_or_path=str(tmp_path / "target")))
   drafter = jaxdec.load_drafter(directory)  # io loads the base model; convert reads files only.
-  np.testing.assert_array_equal(np.asarray(drafter.embed), np.asarray(target.params["embed"]))
+  np.testing.assert_array_equal(np.asarray(drafter.embed), np.asarray(target.params.embed))
   np.testing.assert_array_equal(np.asarray(drafter.head), np.asarray(target_head(target)[:, DRAFT_IDS]))
 
 

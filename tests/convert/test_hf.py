@@ -74,7 +74,7 @@ def test_bf16_checkpoint_loads(tmp_path):
   hf = make_hf_model("qwen2").to(torch.bfloat16)
   path = _save(hf, tmp_path)
   model = jaxdec.load(path)
-  assert model.params["layers"]["wq"].dtype == jnp.bfloat16
+  assert model.params.layers.wq.dtype == jnp.bfloat16
   # Loaded in fp32, the bf16 weights give the logits transformers gets from them in fp32.
   tokens = np.random.RandomState(0).randint(0, 256, (1, 24))
   upcast = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -30,8 +30,8 @@ def test_orbax_restore_onto_a_mesh(tmp_path):
   path = jaxdec.save(model, str(tmp_path / "ckpt"))
   mesh = sharding.make_mesh(4, 2)  # Divides every sharded axis: no replication warning.
   restored = jaxdec.convert.load_orbax(path, shardings=sharding.param_shardings(model.config, mesh))
-  assert restored.params["layers"]["w_up"].sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
-  np.testing.assert_array_equal(restored.params["layers"]["w_up"], model.params["layers"]["w_up"])
+  assert restored.params.layers.w_up.sharding.spec == jax.sharding.PartitionSpec(None, None, "model")
+  np.testing.assert_array_equal(restored.params.layers.w_up, model.params.layers.w_up)
 
 
 def test_load_errors(tmp_path):

@@ -167,18 +167,16 @@ def test_hidden_layers(model):
   logits, hidden, _ = forward(params, tokens, _positions(1, 0, 5), config=cfg,
                               hidden_layers=(0, cfg.num_layers))
   assert hidden.shape == (2, 1, 5, cfg.hidden_size)
-  np.testing.assert_allclose(hidden[0], params["embed"][tokens], atol=1e-6)
-  np.testing.assert_allclose(hidden[1] @ params["lm_head"], logits, atol=1e-4)
+  np.testing.assert_allclose(hidden[0], params.embed[tokens], atol=1e-6)
+  np.testing.assert_allclose(hidden[1] @ params.lm_head, logits, atol=1e-4)
   with pytest.raises(ValueError, match="hidden layer index 3"):
     forward(params, tokens, _positions(1, 0, 5), config=cfg, hidden_layers=(3,))
 
 
 def test_check_params_names_the_problem(model):
-  params = jax.tree.map(lambda x: x, model.params)
-  del params["layers"]["wq"]
+  params = model.params.replace(layers=model.params.layers.replace(wq=None))
   with pytest.raises(ValueError, match="missing \\['layers/wq'\\]"):
     check_params(params, model.config)
-  params = jax.tree.map(lambda x: x, model.params)
-  params["final_norm"] = jnp.zeros((3,))
+  params = model.params.replace(final_norm=jnp.zeros((3,)))
   with pytest.raises(ValueError, match="'final_norm' has shape \\(3,\\)"):
     check_params(params, model.config)

@@ -59,7 +59,7 @@ def test_sequential_heads_start_as_medusa_heads_and_learn_more(target, trained, 
   from jaxdec.spec.heads import draft_tree
 
   start = MedusaHeads(num_heads=3, sequential=True).init(jax.random.key(0), target)
-  parallel = {k: start[k] for k in ("w", "b", "unembed")}
+  parallel = start.replace(mix=None, embed=None)
   hidden = jax.random.normal(jax.random.key(1), (2, 64))
   root = jnp.array([5, 9])
   choices = tuple(sorted(TREE, key=lambda p: (len(p), p)))
@@ -110,8 +110,10 @@ def test_bad_heads_and_trees_raise(trained):
     Heads(params, ((0,), (1,)))  # Two heads the tree never reads.
   with pytest.raises(ValueError, match="no parent"):
     Heads(params, ((0,), (1, 0, 0)))
-  with pytest.raises(TypeError, match="w, b and unembed"):
-    Heads({"w": params["w"]})
+  with pytest.raises(TypeError, match="Heads.params must be a HeadsParams, got dict"):
+    Heads({"w": params.w})
+  with pytest.raises(TypeError, match="both mix and embed"):
+    Heads(params.replace(mix=params.w[:, 0]))
   assert Heads(params).with_choices(((0,), (1,))).num_heads == 1
   other = tiny_model(seed=1, hidden_size=32, num_heads=2, num_kv_heads=1)
   with pytest.raises(ValueError, match="hidden size"):
@@ -156,9 +158,9 @@ def test_medusa_layout_round_trips_and_loads_as_a_drafter(trained, sequential, t
   write_medusa(params, str(tmp_path), choices=TREE, accuracy=np.full((3, 2), 0.5), dtype="float32")
   read, config = read_medusa(str(tmp_path))
   assert config["medusa_num_heads"] == 3 and config["medusa_num_layers"] == 1
-  assert set(read) == set(params)
-  for k in params:
-    np.testing.assert_array_equal(read[k], np.asarray(params[k]))
+  assert jax.tree.structure(read) == jax.tree.structure(params)
+  for a, b in zip(jax.tree.leaves(read), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(a, np.asarray(b))
   drafter = jaxdec.load_drafter(str(tmp_path))
   assert drafter.choices == tuple(sorted(TREE, key=lambda p: (len(p), p)))
   assert jaxdec.load_drafter(str(tmp_path), choices=((0,),)).num_heads == 1
@@ -291,7 +293,7 @@ def test_joint_training_moves_the_backbone_and_exports_it_beside_the_heads(targe
   assert "backbone_nll" in records[-1] and records[-1]["head1_nll"] < records[0]["head1_nll"]
   assert meta["eval"]["backbone_nll"] != meta["eval"]["target_nll"]
   backbone = jaxdec.load(str(tmp_path / "out" / "backbone"), dtype=jnp.float32)
-  assert not np.allclose(backbone.params["embed"], target.params["embed"], atol=1e-3)
+  assert not np.allclose(backbone.params.embed, target.params.embed, atol=1e-3)
   heads = jaxdec.load_drafter(str(tmp_path / "out"))
   prompts = [rows[i, :4].tolist() for i in range(3)]
   ref = jaxdec.generate(backbone, prompts, max_new_tokens=20, stop_tokens=())

@@ -9,7 +9,7 @@ from scipy import stats
 
 import jaxdec
 from jaxdec import spec
-from jaxdec.spec.kforcing import PushForward, inverse_cdf
+from jaxdec.spec.kforcing import NoiseParams, PushForward, inverse_cdf
 from jaxdec.train.kforcing import PushForwardStudent, SelfForcing
 from jaxdec.train.trainer import TrainConfig, Trainer
 from tiny import jit_forward, tiny_model
@@ -25,7 +25,8 @@ def target():
 def _student(model, k=4, seed=0):
   """A push-forward student whose decoder is `model` and whose noise embedding is untrained."""
   d = model.config.hidden_size
-  noise = {"w": 0.3 * jax.random.normal(jax.random.key(seed), (16, d)), "base": jnp.zeros((d,))}
+  noise = NoiseParams(w=0.3 * jax.random.normal(jax.random.key(seed), (16, d)),
+                      base=jnp.zeros((d,)))
   return PushForward(model, noise, num_tokens=k)
 
 
@@ -130,7 +131,7 @@ def test_self_forcing_training_learns_the_later_slots(target, tmp_path):
   assert set(evals) == {"teacher_nll", "student_nll"}
   loaded = jaxdec.load_push_forward(str(tmp_path / "out"))
   assert loaded.num_tokens == 3 and loaded.temperature == 1.0
-  np.testing.assert_allclose(loaded.noise["w"], params["noise"]["w"])
+  np.testing.assert_allclose(loaded.noise.w, params["noise"].w)
   drafter = jaxdec.load_drafter(str(tmp_path / "out"))
   assert isinstance(drafter, spec.KForcing)
   out = jaxdec.speculative_generate(target, PROMPTS, drafter, max_new_tokens=16)
@@ -143,8 +144,10 @@ def test_bad_inputs(target, tmp_path):
   with pytest.raises(ValueError, match="num_tokens must be an int >= 1, got 0"):
     _student(target, k=0)
   d = target.config.hidden_size
-  with pytest.raises(ValueError, match=r"noise must be \{'w': \[F, 64\], 'base': \[64\]\}"):
-    PushForward(target, {"w": jnp.zeros((4, d + 1)), "base": jnp.zeros((d,))})
+  with pytest.raises(ValueError, match=r"noise must be w \[F, 64\], base \[64\]"):
+    PushForward(target, NoiseParams(w=jnp.zeros((4, d + 1)), base=jnp.zeros((d,))))
+  with pytest.raises(TypeError, match="PushForward.noise must be a NoiseParams, got dict"):
+    PushForward(target, {"w": jnp.zeros((4, d)), "base": jnp.zeros((d,))})
   with pytest.raises(TypeError, match="PushForward.model must be a jaxdec Model, got str"):
     PushForward("zoo:gsm-ar", {})
   with pytest.raises(ValueError, match="student vocabulary 64 != target vocabulary 128"):

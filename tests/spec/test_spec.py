@@ -7,6 +7,7 @@ from scipy import stats
 
 import jaxdec
 from jaxdec import api, decoding, spec
+from jaxdec.spec.kforcing import NoiseParams
 from jaxdec.spec.verify import _RESIDUAL, _categorical, _chain_rule
 from tiny import tiny_model
 
@@ -187,7 +188,7 @@ def _heads(target):
 def _kforcing(student):
   """A push-forward student (an untrained noise embedding) drafting chains of 3."""
   d = student.config.hidden_size
-  noise = {"w": 0.5 * jax.random.normal(jax.random.key(1), (8, d)), "base": jnp.zeros((d,))}
+  noise = NoiseParams(w=0.5 * jax.random.normal(jax.random.key(1), (8, d)), base=jnp.zeros((d,)))
   return spec.KForcing(spec.PushForward(student, noise, num_tokens=3))
 
 

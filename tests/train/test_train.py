@@ -422,7 +422,7 @@ def test_training_on_a_mesh_equals_one_device(tmp_path, stream):
     sharded = Trainer(cfg, str(tmp_path / "b"), mesh=sharding.make_mesh(data=4, model=2))
   losses = [r["loss"] for r in sharded.run(stream, stop_at=3, progress=False)]
   np.testing.assert_allclose(losses, plain, rtol=1e-5)
-  wq = sharded.module.params()["layers"]["wq"]  # [L, D, heads, head_dim]: heads split over 2.
+  wq = sharded.module.params().layers.wq  # [L, D, heads, head_dim]: heads split over 2.
   assert wq.sharding.mesh.shape == {"data": 4, "model": 2} and tuple(wq.sharding.spec)[2] == "model"
   assert wq.addressable_shards[0].data.shape == (2, 64, 1, 32)
   with pytest.raises(ValueError, match="batch_size=8 is not divisible by the mesh's data axis of size 3"):

@@ -112,3 +112,18 @@ def test_a_head_run_resumes_exactly_and_checks_its_target(tmp_path, stream, targ
   other = other.replace(params=init_params(other.config, jax.random.key(1)))
   with pytest.raises(ValueError, match="holds another model's run"):
     Trainer(cfg, str(tmp_path / "b"), target=other)  # Same head, another target.
+
+
+def test_full_model_from_a_qwen2_export_drops_its_zero_biases(tmp_path, target):
+  """A bias-free model exported as Qwen2 (whose files always hold q/k/v biases) gets zero ones;
+  training it from that directory drops them again: the same Params as the model's."""
+  from jaxdec.convert import export_hf
+  from jaxdec.train.trainable import FullModel
+
+  config = dataclasses.replace(target.config, architecture="qwen2")
+  export_hf(Model(config, target.params), None, str(tmp_path / "qwen2"))
+  params = FullModel(config, init_from=str(tmp_path / "qwen2")).init(jax.random.key(0), None)
+  assert params.layers.bq is None
+  assert jax.tree.structure(params) == jax.tree.structure(target.params)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(target.params)):
+    np.testing.assert_array_equal(a, b)

@@ -9,7 +9,7 @@ import os
 import jax.numpy as jnp
 from safetensors.numpy import load_file
 
-from jaxdec.spec.kforcing import CONFIG_FILE, NOISE_FILE, KForcing, PushForward
+from jaxdec.spec.kforcing import CONFIG_FILE, NOISE_FILE, KForcing, NoiseParams, PushForward
 
 NAME = "K-Forcing student"
 LOOKS_LIKE = f"a model directory with {CONFIG_FILE}"
@@ -34,6 +34,10 @@ def read_push_forward(directory: str, load) -> PushForward:
     raise FileNotFoundError(f"{directory} holds no K-Forcing student ({CONFIG_FILE} is missing)")
   with open(os.path.join(directory, CONFIG_FILE)) as f:
     config = json.load(f)
-  noise = {k: jnp.asarray(v) for k, v in load_file(os.path.join(directory, NOISE_FILE)).items()}
+  tensors = load_file(os.path.join(directory, NOISE_FILE))
+  if set(tensors) != {"w", "base"}:
+    raise ValueError(f"{directory}/{NOISE_FILE} must hold the tensors 'w' and 'base', got "
+                     f"{sorted(tensors)}")
+  noise = NoiseParams(w=jnp.asarray(tensors["w"]), base=jnp.asarray(tensors["base"]))
   return PushForward(load(directory, dtype=jnp.float32), noise, num_tokens=config["num_tokens"],
                      temperature=config["temperature"])
