@@ -41,14 +41,14 @@ def param_specs(config) -> dict:
       "w_up": ParamSpec((L, D, F), ("layers", "embed", "mlp")),
       "w_down": ParamSpec((L, F, D), ("layers", "mlp", "embed")),
   }
-  if c.qkv_bias:
+  if c.layer.qkv_bias:
     layers["bq"] = ParamSpec((L, H, hd), ("layers", "heads", "head_dim"))
     layers["bk"] = ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim"))
     layers["bv"] = ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim"))
-  if c.qk_norm:
+  if c.layer.qk_norm:
     layers["q_norm"] = ParamSpec((L, hd), ("layers", "head_dim"))
     layers["k_norm"] = ParamSpec((L, hd), ("layers", "head_dim"))
-  if c.post_norms:
+  if c.layer.post_norms:
     layers["post_attn_norm"] = ParamSpec((L, D), ("layers", "embed"))
     layers["post_mlp_norm"] = ParamSpec((L, D), ("layers", "embed"))
   specs = {
@@ -56,7 +56,7 @@ def param_specs(config) -> dict:
       "layers": layers,
       "final_norm": ParamSpec((D,), ("embed",)),
   }
-  if not c.tie_word_embeddings:
+  if not c.embeddings.tied:
     specs["lm_head"] = ParamSpec((D, V), ("embed", "vocab"))
   return specs
 
@@ -84,7 +84,7 @@ def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) ->
   GPT-2), norms that scale by 1 (zero weights where the norm adds 1, as Gemma's), zero biases."""
   flat = {}
   specs = flat_specs(config)
-  norm_init = jnp.zeros if config.norm_unit_offset else jnp.ones
+  norm_init = jnp.zeros if config.layer.norm_unit_offset else jnp.ones
   for i, (name, spec) in enumerate(sorted(specs.items())):
     leaf = name.rsplit("/", 1)[-1]
     if leaf.endswith("norm"):

@@ -84,7 +84,7 @@ class FullModel:
 
     params = io.load(self.init_from, dtype=jnp.float32).params
     biases = ("bq", "bk", "bv")
-    if (not self.config.qkv_bias and all(b in params["layers"] for b in biases)
+    if (not self.config.layer.qkv_bias and all(b in params["layers"] for b in biases)
         and not any(jnp.any(params["layers"][b]) for b in biases)):
       # A Qwen2-layout export of a bias-free model (zero q/k/v biases): the same function.
       params = dict(params, layers={k: v for k, v in params["layers"].items() if k not in biases})
