@@ -5,7 +5,7 @@ import dataclasses
 import jax
 
 from jaxdec.model import Model, ModelConfig, SpecialTokens, forward, init_params
-from jaxdec.model.config import _FLAT, GROUPS
+from jaxdec.model.config import FLAT_FIELDS, GROUPS
 
 TINY = ModelConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                    num_kv_heads=2, head_dim=16, max_position_embeddings=256,
@@ -26,7 +26,7 @@ def updated(base: ModelConfig, **overrides) -> ModelConfig:
 def flat_dict(grouped: dict) -> dict:
   """A `ModelConfig.to_dict` as jaxdec wrote it before the groups: every field flat."""
   flat = {k: v for k, v in grouped.items() if k not in GROUPS}
-  for name, (group, field) in _FLAT.items():
+  for name, (group, field) in FLAT_FIELDS.items():
     flat[name] = None if grouped[group] is None else grouped[group][field]
   return flat
 

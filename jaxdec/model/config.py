@@ -19,10 +19,11 @@ ROPE_KINDS = ("linear", "llama3")
 ACTIVATIONS = ("silu", "gelu_tanh")  # Of the gated MLP: SwiGLU (Llama), GeGLU (Gemma).
 
 
-def _positive_or_none(owner: str, name: str, value) -> None:
-  if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                            or not value > 0):
-    raise ValueError(f"{owner}.{name} must be a positive number or None, got {value!r}")
+def _positive_or_none(owner: str, name: str, value, none: bool = True) -> None:
+  if (value is None and not none) or value is not None and (
+      isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+    raise ValueError(f"{owner}.{name} must be a positive number{' or None' if none else ''}, "
+                     f"got {value!r}")
 
 
 def _bools(owner: str, obj, names: tuple[str, ...]) -> None:
@@ -81,9 +82,7 @@ class Rope:
   local_theta: float | None = None
 
   def __post_init__(self):
-    _positive_or_none("Rope", "theta", self.theta)
-    if self.theta is None:
-      raise ValueError("Rope.theta must be a positive number, got None")
+    _positive_or_none("Rope", "theta", self.theta, none=False)
     if self.scaling is not None and not isinstance(self.scaling, RopeScaling):
       raise TypeError(f"Rope.scaling must be a RopeScaling or None, got {self.scaling!r}")
     _positive_or_none("Rope", "local_theta", self.local_theta)
@@ -160,7 +159,7 @@ class SpecialTokens:
 GROUPS = {"sliding": Sliding, "rope": Rope, "layer": Layer, "embeddings": Embeddings,
           "tokens": SpecialTokens}
 # Flat field names of jaxdec before the groups -> (group, field).
-_FLAT = {
+FLAT_FIELDS = {
     "sliding_window": ("sliding", "window"), "sliding_layers": ("sliding", "layers"),
     "rope_theta": ("rope", "theta"), "rope_scaling": ("rope", "scaling"),
     "local_rope_theta": ("rope", "local_theta"),
@@ -184,15 +183,15 @@ def regroup(data: dict) -> dict:
   data = dict(data)
   if "causal" in data:  # Saved before attention patterns existed.
     data["attention"] = {"kind": "causal" if data.pop("causal") else "bidirectional"}
-  flat = {name: data.pop(name) for name in list(data) if name in _FLAT}
+  flat = {name: data.pop(name) for name in list(data) if name in FLAT_FIELDS}
   if not flat:
     return data
-  mixed = sorted({_FLAT[name][0] for name in flat} & set(data))
+  mixed = sorted({FLAT_FIELDS[name][0] for name in flat} & set(data))
   if mixed:
     raise ValueError(f"config mixes flat fields {sorted(flat)} with the groups {mixed}")
   groups: dict[str, dict] = {}
   for name, value in flat.items():
-    group, field = _FLAT[name]
+    group, field = FLAT_FIELDS[name]
     groups.setdefault(group, {})[field] = value
   sliding = groups.pop("sliding", {})
   if sliding.get("window") is not None or sliding.get("layers") is not None:
