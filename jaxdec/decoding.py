@@ -232,7 +232,7 @@ def positions(batch: int, width: int, start: jax.Array | int = 0) -> jax.Array:
 
 def pad_id(config: ModelConfig) -> int:
   """The id written after a row's last token: the model's pad id, else 0."""
-  return config.pad_token_id if config.pad_token_id is not None else 0
+  return config.tokens.pad if config.tokens.pad is not None else 0
 
 
 def clamp_budget(max_new_tokens: jax.Array | int, batch: int, buffer_len: int) -> jax.Array:
@@ -407,7 +407,7 @@ def check_budget(name: str, value, lengths: np.ndarray, max_positions: int) -> i
 def stop_tokens(config: ModelConfig, stop_tokens: Iterable[int] | None) -> np.ndarray:
   """i32[E]: the given ids, or the model's EOS ids by default; () disables stopping."""
   if stop_tokens is None:
-    ids = np.asarray(config.eos_token_ids, np.int64)
+    ids = np.asarray(config.tokens.eos, np.int64)
   else:
     if isinstance(stop_tokens, (int, np.integer)) or not isinstance(stop_tokens, Iterable):
       raise TypeError(f"stop_tokens must be a sequence of token ids, got "

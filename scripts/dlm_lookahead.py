@@ -31,7 +31,7 @@ def probs(model, tokens):
 def diffusion_lookahead(path: str, rows: np.ndarray) -> None:
   """Share of confident positions, and accuracy, at offsets 0-7 past the frontier of `path`."""
   model = jaxdec.load(path, dtype=jnp.float32)
-  canvas = np.where(np.arange(LENGTH)[None] >= PREFIX, model.config.mask_token_id, rows)
+  canvas = np.where(np.arange(LENGTH)[None] >= PREFIX, model.config.tokens.mask, rows)
   p = probs(model, canvas)[:, PREFIX:PREFIX + 8]
   confident = np.asarray(p.max(-1) > TAU).mean(0)
   accuracy = np.asarray(jnp.argmax(p, -1) == rows[:, PREFIX:PREFIX + 8]).mean(0)

@@ -33,7 +33,7 @@ def decode_cases(mesh, names=CASES) -> dict[str, np.ndarray]:
   `mesh` (None: one device, unsharded)."""
   place = (lambda m: m) if mesh is None else (lambda m: jaxdec.shard(m, mesh))
   target, draft = tiny_model(0), tiny_model(1, hidden_size=32, intermediate_size=64, num_heads=2)
-  dlm = tiny_model(2, attention=Bidirectional(), mask_token_id=4, architecture="llada", std=0.5)
+  dlm = tiny_model(2, attention=Bidirectional(), architecture="llada", std=0.5, tokens=dict(mask=4))
   target, draft, dlm = place(target), place(draft), place(dlm)
   key = jax.random.key(7)
   sampled = jaxdec.Sampling.create(temperature=[1.0, 0.0, 0.8])  # Row 1 greedy.

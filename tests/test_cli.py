@@ -165,10 +165,12 @@ def gsm_models(tmp_path_factory):
   from jaxdec.train.tokenizer import train_bpe
 
   tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
-  ids = dict(vocab_size=320, max_position_embeddings=512, bos_token_id=1, eos_token_ids=(2,))
+  ids = dict(vocab_size=320, max_position_embeddings=512)
+  tokens = dict(bos=1, eos=(2,))
   root = tmp_path_factory.mktemp("gsm")
-  ar = tiny_model(**ids)
-  dlm = tiny_model(attention=Bidirectional(), mask_token_id=3, architecture="llada", std=0.5, **ids)
+  ar = tiny_model(tokens=tokens, **ids)
+  dlm = tiny_model(attention=Bidirectional(), architecture="llada", std=0.5,
+                   tokens=dict(tokens, mask=3), **ids)
   return tok, {name: (m, jaxdec.save(m, str(root / name), tokenizer=tok))
                for name, m in (("ar", ar), ("dlm", dlm))}
 
@@ -467,7 +469,7 @@ def test_speculative_equals_greedy(model, tmp_path, capsys, flags):
 
 
 def _dlm():
-  return tiny_model(attention=Bidirectional(), mask_token_id=5, architecture="llada", std=0.5)
+  return tiny_model(attention=Bidirectional(), architecture="llada", std=0.5, tokens=dict(mask=5))
 
 
 @pytest.mark.parametrize("flags, scheduler, cache", [

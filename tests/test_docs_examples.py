@@ -32,7 +32,7 @@ def _prompts(seed, lengths):
 
 
 def test_the_scheduler_example(namespace):
-  dlm = tiny_model(attention=Bidirectional(), mask_token_id=5, architecture="llada", std=0.5)
+  dlm = tiny_model(attention=Bidirectional(), architecture="llada", std=0.5, tokens=dict(mask=5))
   namespace["test_capped_threshold_reduces_to_threshold"](dlm, _prompts(0, (2, 4)))
   with pytest.raises(ValueError, match="CappedThreshold.tau"):
     jaxdec.diffusion_generate(dlm, _prompts(0, (2,)), scheduler=namespace["CappedThreshold"](2.0))

@@ -61,7 +61,7 @@ def test_commit_applies_min_new_tokens_to_stop_tokens_only_through_the_rules():
 
 @pytest.fixture(scope="module")
 def target():
-  return tiny_model(seed=5, std=0.3, eos_token_ids=(), pad_token_id=None)
+  return tiny_model(seed=5, std=0.3, tokens=dict(eos=(), pad=None))
 
 
 def _student(model, k):

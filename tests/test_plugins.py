@@ -23,8 +23,8 @@ GEN, BLOCK = 16, 8
 
 
 def _dlm(**overrides):
-  return tiny_model(attention=Bidirectional(), mask_token_id=MASK, architecture="llada", std=0.5,
-                    **overrides)
+  return tiny_model(attention=Bidirectional(), architecture="llada", std=0.5,
+                    tokens=dict(mask=MASK), **overrides)
 
 
 def _dlm_prompts(seed=0, lengths=(3, 9, 5)):

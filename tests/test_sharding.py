@@ -122,7 +122,8 @@ def test_a_batch_that_does_not_divide_the_data_axis_is_padded(model, case):
     pytest.skip("needs 8 devices")
   (data, model_axis), decode = _CASES[case]
   if case.startswith("diffusion"):
-    model = tiny_model(2, attention=Bidirectional(), mask_token_id=4, architecture="llada", std=0.5)
+    model = tiny_model(2, attention=Bidirectional(), architecture="llada", std=0.5,
+                       tokens=dict(mask=4))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # KV heads that do not divide 4 are replicated.
     sharded = jaxdec.shard(model, sharding.make_mesh(data=data, model=model_axis))

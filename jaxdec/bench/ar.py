@@ -15,12 +15,12 @@ import numpy as np
 
 import jaxdec
 from jaxdec.bench.common import Timer, add_output_flags, check_plot, report
-from jaxdec.model import Model, ModelConfig, init_params
+from jaxdec.model import Layer, Model, ModelConfig, init_params
 
 # 6.8M params: a Llama-shaped model big enough that decoding is compute-bound on a CPU.
 RANDOM_CONFIG = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_layers=6,
                             num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=2048,
-                            rms_norm_eps=1e-6, architecture="llama")
+                            layer=Layer(norm_eps=1e-6), architecture="llama")
 
 
 def load_bench_model(path: str) -> Model:

@@ -34,7 +34,7 @@ def _stale_nll(model, prompt, continuation, mask, stale):
   keys and values computed from the canvas with `stale` positions masked too, as Archer reuses
   them after those commits (stale all False: a full forward)."""
   denoiser = ModelDenoiser(model.params, model.config)
-  mask_id, shift = model.config.mask_token_id, int(model.config.shifted_logits)
+  mask_id, shift = model.config.tokens.mask, int(model.config.embeddings.shifted_logits)
   start, n = prompt.shape[1], continuation.shape[1]
   width = start + n
   old = jnp.concatenate([prompt, jnp.where(mask | stale, mask_id, continuation)], axis=1)

@@ -31,13 +31,15 @@ from jaxdec.diffusion import (AsyncLane, DualCache, Factor, FirstStepConfidence,
                               Persistence, PrefixCache, RipplePivot, Scaffold, Threshold)
 from jaxdec.diffusion.caches import CanvasView
 from jaxdec.model import forward
-from jaxdec.model import Bidirectional, BlockCausal, Model, ModelConfig, init_params
+from jaxdec.model import (Bidirectional, BlockCausal, Embeddings, Model, ModelConfig,
+                          SpecialTokens, init_params)
 
 # A seeded random bidirectional model of pycode-dlm's size, for trying the suite without the zoo.
 RANDOM_CONFIG = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4,
                             num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=512,
-                            tie_word_embeddings=True, attention=Bidirectional(), architecture="llada",
-                            bos_token_id=1, eos_token_ids=(2,), pad_token_id=0, mask_token_id=3)
+                            attention=Bidirectional(), embeddings=Embeddings(tied=True),
+                            tokens=SpecialTokens(bos=1, eos=(2,), pad=0, mask=3),
+                            architecture="llada")
 
 
 class Config(NamedTuple):
@@ -207,8 +209,8 @@ def forward_costs(model: Model, batch: int, prompt_width: int, gen_length: int,
   the whole canvas, keys and values kept) and ('cached', N) (a dual cache's step: a window of N
   positions against the kept keys and values)."""
   denoiser = diffusion.ModelDenoiser(model.params, model.config)
-  width, shift = prompt_width + gen_length, int(model.config.shifted_logits)
-  x = jnp.full((batch, width), model.config.mask_token_id, jnp.int32)
+  width, shift = prompt_width + gen_length, int(model.config.embeddings.shifted_logits)
+  x = jnp.full((batch, width), model.config.tokens.mask, jnp.int32)
   lengths = jnp.full((batch,), width, jnp.int32)
 
   def kind(cache, window, step):

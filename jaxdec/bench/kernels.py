@@ -33,11 +33,11 @@ TOP_CHUNKS = 4
 
 
 def llama3_8b_shapes():
-  from jaxdec.model import ModelConfig
+  from jaxdec.model import Layer, ModelConfig, Rope
 
   return ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
                      num_heads=32, num_kv_heads=8, head_dim=128, max_position_embeddings=8192,
-                     rope_theta=500000.0, rms_norm_eps=1e-5, eos_token_ids=())
+                     rope=Rope(theta=500000.0), layer=Layer(norm_eps=1e-5))
 
 
 def _cache_mask(steps: int, cached: int, pattern, tree=None) -> MaskSpec:

@@ -40,7 +40,7 @@ def _masks(rng: np.random.RandomState, n: int, samples: int) -> tuple[np.ndarray
 def _dense_nll(model, prompt, continuation, mask):
   """ELBO term: -sum log p(masked continuation | prompt, the rest) for one mask (batch 1)."""
   denoiser = ModelDenoiser(model.params, model.config)
-  noisy = jnp.where(mask, model.config.mask_token_id, continuation)
+  noisy = jnp.where(mask, model.config.tokens.mask, continuation)
   tokens = jnp.concatenate([prompt, noisy], axis=1)
   width = tokens.shape[1]
   h, _ = denoiser.hidden(tokens, positions(1, width), None, jnp.asarray([width], jnp.int32))
@@ -61,7 +61,7 @@ def _sparse_nll(model, cache, prompt, continuation, mask):
   denoiser = ModelDenoiser(model.params, model.config)
   lengths = jnp.asarray([prompt.shape[1]], jnp.int32)
   shifted, query, query_lengths, prepared = cache.prepare(denoiser, prompt, lengths)
-  noisy = jnp.where(mask, model.config.mask_token_id, continuation)
+  noisy = jnp.where(mask, model.config.tokens.mask, continuation)
   tokens = jnp.concatenate([query, noisy], axis=1)
   state = prepared.init(shifted, 1, tokens.shape[1])
   h, _ = shifted.hidden(tokens, positions(1, tokens.shape[1]), state,

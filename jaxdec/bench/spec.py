@@ -208,7 +208,7 @@ def run(target_path: str | None = None, draft_path: str | None = None, num_promp
   model, draft = jaxdec.load(target_path), jaxdec.load(draft_path)
   tokenizer = jaxdec.load_tokenizer(target_path)
   prompts, problems = _workload(task, tokenizer, num_prompts, prompt_tokens)
-  eos = list(model.config.eos_token_ids)
+  eos = list(model.config.tokens.eos)
   if heads_path is None:
     heads_path = _HEADS.get(target_path)
     if heads_path is not None and heads_path[len("zoo:"):] not in zoo.available():

@@ -49,7 +49,7 @@ from safetensors.numpy import load_file, save_file
 
 from jaxdec.convert.hf_config import _rope
 from jaxdec.model import Model, ModelConfig
-from jaxdec.model.config import RopeScaling
+from jaxdec.model.config import Layer, Rope, RopeScaling
 from jaxdec.spec.eagle import (Eagle3, Eagle3Params, EagleLayer, default_layers, draft_config,
                                target_head)
 
@@ -89,9 +89,9 @@ def _layer_shapes(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[int,
             "wq": ((2 * D, H, hd), (H * hd, 2 * D)), "wk": ((2 * D, K, hd), (K * hd, 2 * D)),
             "wv": ((2 * D, K, hd), (K * hd, 2 * D)), "wo": ((H, hd, D), (D, H * hd)),
             "w_gate": ((D, F), (F, D)), "w_up": ((D, F), (F, D)), "w_down": ((F, D), (D, F))}
-  if c.qkv_bias:
+  if c.layer.qkv_bias:
     shapes.update(bq=((H, hd), (H * hd,)), bk=((K, hd), (K * hd,)), bv=((K, hd), (K * hd,)))
-  if c.qk_norm:
+  if c.layer.qk_norm:
     shapes.update(q_norm=((hd,), (hd,)), k_norm=((hd,), (hd,)))
   return shapes
 
@@ -121,19 +121,20 @@ def _draft_layer_config(raw: dict, target: Model | None, tensors: dict) -> Model
       intermediate_size=int(raw["intermediate_size"]), num_heads=heads,
       num_kv_heads=int(raw.get("num_key_value_heads") or heads),
       head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
-      max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
-      rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-      activation=_ACTIVATIONS[act], num_layers=1,
-      qkv_bias=f"midlayer.{_LAYER['bq']}" in tensors,
-      qk_norm=f"midlayer.{_LAYER['q_norm']}" in tensors)
+      max_position_embeddings=int(raw.get("max_position_embeddings", 2048)), num_layers=1,
+      rope=Rope(theta=theta, scaling=scaling))
+  layer = dict(norm_eps=float(raw.get("rms_norm_eps", 1e-6)), activation=_ACTIVATIONS[act],
+               qkv_bias=f"midlayer.{_LAYER['bq']}" in tensors,
+               qk_norm=f"midlayer.{_LAYER['q_norm']}" in tensors)
   if target is None:
     return ModelConfig(vocab_size=int(raw["vocab_size"]), hidden_size=int(raw["hidden_size"]),
-                       **fields)
+                       layer=Layer(**layer), **fields)
   base = target.config
   for name, ours in (("hidden_size", base.hidden_size), ("vocab_size", base.vocab_size)):
     if name in raw and int(raw[name]) != ours:
       raise ValueError(f"the EAGLE-3 config's {name} is {raw[name]}; the target's is {ours}")
-  return dataclasses.replace(draft_config(base), **fields)
+  draft = draft_config(base)
+  return dataclasses.replace(draft, layer=dataclasses.replace(draft.layer, **layer), **fields)
 
 
 def _target_from(raw: dict, directory: str, load) -> Model:
@@ -313,12 +314,13 @@ def write_eagle3(drafter, out_dir: str, *, dtype: str = "float16", extra: dict |
             "hidden_size": D, "intermediate_size": c.intermediate_size,
             "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_kv_heads,
             "head_dim": c.head_dim, "num_hidden_layers": 1, "hidden_act":
-            {v: k for k, v in _ACTIVATIONS.items()}[c.activation], "rms_norm_eps": c.rms_norm_eps,
-            "rope_theta": c.rope_theta, "max_position_embeddings": c.max_position_embeddings,
+            {v: k for k, v in _ACTIVATIONS.items()}[c.layer.activation],
+            "rms_norm_eps": c.layer.norm_eps, "rope_theta": c.rope.theta,
+            "max_position_embeddings": c.max_position_embeddings,
             "tie_word_embeddings": False, "vocab_size": V, "draft_vocab_size": vocab,
             "torch_dtype": str(dtype)}
-  if c.rope_scaling is not None:
-    config["rope_scaling"] = _scaling_to_hf(c.rope_scaling)
+  if c.rope.scaling is not None:
+    config["rope_scaling"] = _scaling_to_hf(c.rope.scaling)
   if layers:
     config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layers)}
   config["jaxdec"] = {"layers": list(layers), "reuse": drafter.reuse, "kv_layer": drafter.kv_layer,

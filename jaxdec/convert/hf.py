@@ -37,13 +37,15 @@ def _to_device(params):
 
 def _needs_zero_biases(config) -> bool:
   family = families.find(config.architecture)
-  return not config.qkv_bias and family is not None and family.always_qkv_bias
+  return not config.layer.qkv_bias and family is not None and family.always_qkv_bias
 
 
 def exportable_config(config):
   """The config `export_hf` writes: layouts that always hold q/k/v biases (Qwen2's: qwen2, Dream,
   Fast-dLLM v2) get a model without them exported with zero ones (the same function)."""
-  return dataclasses.replace(config, qkv_bias=True) if _needs_zero_biases(config) else config
+  if not _needs_zero_biases(config):
+    return config
+  return dataclasses.replace(config, layer=dataclasses.replace(config.layer, qkv_bias=True))
 
 
 def _exportable(model: Model) -> Model:
@@ -75,9 +77,9 @@ def export_hf(model: Model, tokenizer, out_dir: str) -> str:
   dtype_name = np.dtype(model.dtype).name
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(config_to_hf(model.config, dtype_name), f, indent=2)
-  generation = {"bos_token_id": model.config.bos_token_id,
-                "eos_token_id": list(model.config.eos_token_ids) or None,
-                "pad_token_id": model.config.pad_token_id}
+  tokens = model.config.tokens
+  generation = {"bos_token_id": tokens.bos, "eos_token_id": list(tokens.eos) or None,
+                "pad_token_id": tokens.pad}
   with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
     json.dump(generation, f, indent=2)
   tensors = params_to_hf_tensors(model.params, model.config)

@@ -48,7 +48,7 @@ def key_table(config: ModelConfig) -> dict[str, Entry]:
   embed, norm, head, prefix, names, _ = tensor_names(c)
   table = {embed: Entry("embed", None, (c.vocab_size, D), False),
            norm: Entry("final_norm", None, (D,), False)}
-  if not c.tie_word_embeddings:
+  if not c.embeddings.tied:
     table[head] = Entry("lm_head", None, (c.vocab_size, D), True)
   hf_shapes = {  # (HF shape, stored as a torch Linear [out, in]).
       "attn_norm": ((D,), False), "mlp_norm": ((D,), False), "post_attn_norm": ((D,), False),
@@ -174,7 +174,7 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> Params:
   for name, array in tensors:
     entry = table.get(name)
     if entry is None:
-      if name == names.head and config.tie_word_embeddings and names.tied_head_ok:
+      if name == names.head and config.embeddings.tied and names.tied_head_ok:
         tied_head = array  # Some tied checkpoints store the head too; checked against embed below.
         continue
       unexpected.append(name)
@@ -199,7 +199,8 @@ def params_from_hf_tensors(tensors, config: ModelConfig, dtype=None) -> Params:
     raise ValueError(f"missing tensors in checkpoint: {missing}")
   if tied_head is not None and not np.array_equal(
       np.asarray(tied_head).astype(flat["embed"].dtype), flat["embed"]):
-    raise ValueError(f"tie_word_embeddings=True but {names.head} differs from {names.embed}")
+    raise ValueError(f"tied embeddings (embeddings.tied=True) but {names.head} differs from "
+                     f"{names.embed}")
   for name, layers in stacked.items():
     flat[name] = np.stack(layers)
   return unflatten(flat)

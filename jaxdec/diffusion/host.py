@@ -32,12 +32,12 @@ def check_lengths(model: Model, gen_length, block_length, steps) -> tuple[int, i
   """The model and the static lengths checked: (gen_length, block_length, steps) as ints."""
   decoding.check_model(model, causal=False)
   config = model.config
-  if config.mask_token_id is None:
+  if config.tokens.mask is None:
     raise ValueError("diffusion_generate needs a model with a mask token; model.config."
-                     "mask_token_id is None")
-  if config.sliding_window is not None:
+                     "tokens.mask is None")
+  if config.sliding is not None:
     raise ValueError(f"diffusion_generate does not support sliding-window attention "
-                     f"(sliding_window={config.sliding_window})")
+                     f"(sliding={config.sliding})")
   gen_length = decoding.positive_int("gen_length", gen_length)
   block_length = decoding.positive_int("block_length", block_length)
   steps = decoding.positive_int("steps", steps)
@@ -55,8 +55,8 @@ def check_prompts(model: Model, prompts, lengths, gen_length: int):
   config = model.config
   prompt, prompt_lengths = decoding.prepare_prompts(prompts, lengths, config.vocab_size)
   real = np.arange(prompt.shape[1])[None, :] < prompt_lengths[:, None]
-  if (real & (prompt == config.mask_token_id)).any():
-    raise ValueError(f"prompts contain the mask token id {config.mask_token_id}")
+  if (real & (prompt == config.tokens.mask)).any():
+    raise ValueError(f"prompts contain the mask token id {config.tokens.mask}")
   decoding.check_budget("gen_length", gen_length, prompt_lengths, config.max_position_embeddings)
   return prompt, prompt_lengths
 
@@ -66,12 +66,12 @@ def eos_flags(model: Model, logits_eos_inf: bool, confidence_eos_eot_inf: bool, 
   """LLaDA's EOS flags; the ids default to the model's first and second EOS ids."""
   if not (logits_eos_inf or confidence_eos_eot_inf):
     return EosFlags()
-  ids = model.config.eos_token_ids
+  ids = model.config.tokens.eos
   eos = eos_token_id if eos_token_id is not None else (ids[0] if ids else None)
   eot = eot_token_id if eot_token_id is not None else (ids[1] if len(ids) > 1 else eos)
   if eos is None:
     raise ValueError("logits_eos_inf / confidence_eos_eot_inf need an EOS id: the model has no "
-                     "eos_token_ids, pass eos_token_id=")
+                     "EOS ids (tokens.eos), pass eos_token_id=")
   decoding.check_ids(np.array([eos, eot]), model.config.vocab_size, "eos_token_id / eot_token_id")
   return EosFlags(bool(logits_eos_inf), bool(confidence_eos_eot_inf), int(eos), int(eot))
 
@@ -80,7 +80,7 @@ def parts(model: Model, scheduler, cache, batch: int, guided: bool):
   """The scheduler (default: `Dream()` for shifted models, else `FixedSteps()`) and the cache
   (default `NoCache()`), checked against their protocols and this call."""
   if scheduler is None:
-    scheduler = Dream() if model.config.shifted_logits else FixedSteps()
+    scheduler = Dream() if model.config.embeddings.shifted_logits else FixedSteps()
   cache = NoCache() if cache is None else cache
   decoding.check_part(scheduler, Scheduler, "scheduler")
   decoding.check_part(cache, DiffusionCache, "cache")

@@ -87,11 +87,11 @@ class ModelDenoiser:
 
   @property
   def mask_token_id(self) -> int:
-    return self.config.mask_token_id
+    return self.config.tokens.mask
 
   @property
   def shifted_logits(self) -> bool:
-    return self.config.shifted_logits
+    return self.config.embeddings.shifted_logits
 
   @property
   def block_size(self) -> int | None:
@@ -527,8 +527,8 @@ def diffusion_generate(params: Params, prompt: jax.Array, prompt_lengths: jax.Ar
   if config.is_causal:
     raise ValueError("the diffusion sampler needs a bidirectional model; this config is causal "
                      "(an autoregressive model: use jaxdec.generate)")
-  if config.mask_token_id is None:
-    raise ValueError("the diffusion sampler needs a model with a mask_token_id")
+  if config.tokens.mask is None:
+    raise ValueError("the diffusion sampler needs a model with a mask token (tokens.mask)")
   denoiser = ModelDenoiser(params, config, aligned_offsets(config, prompt_lengths, block_length))
   return denoise(denoiser, prompt, prompt_lengths, key,
                  gen_length=gen_length, block_length=block_length, steps=steps,

@@ -3,7 +3,8 @@
 from flax import struct
 
 from jaxdec.model.attention import attention
-from jaxdec.model.config import ModelConfig, RopeScaling
+from jaxdec.model.config import (Embeddings, Layer, ModelConfig, Rope, RopeScaling, Sliding,
+                                  SpecialTokens)
 from jaxdec.model.decoder import (decode_hidden, embed, forward, hidden_mask_keys, mask_spec,
                                   project_qkv, unembed)
 from jaxdec.model.kv_cache import KVCache
@@ -23,7 +24,8 @@ class Model:
     return self.params.embed.dtype
 
 
-__all__ = ["Model", "ModelConfig", "RopeScaling", "KVCache", "forward", "decode_hidden", "embed",
-           "hidden_mask_keys", "unembed", "init_params", "param_specs", "check_params", "Params",
-           "LayerParams", "attention", "mask_spec", "project_qkv", "MaskSpec", "Segments", "Causal",
-           "Bidirectional", "BlockCausal"]
+__all__ = ["Model", "ModelConfig", "RopeScaling", "Sliding", "Rope", "Layer", "Embeddings",
+           "SpecialTokens", "KVCache", "forward", "decode_hidden", "embed", "hidden_mask_keys",
+           "unembed", "init_params", "param_specs", "check_params", "Params", "LayerParams",
+           "attention", "mask_spec", "project_qkv", "MaskSpec", "Segments", "Causal", "Bidirectional",
+           "BlockCausal"]

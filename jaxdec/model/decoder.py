@@ -31,16 +31,16 @@ def embed(params: Params, tokens: jax.Array) -> jax.Array:
 def unembed(params: Params, hidden: jax.Array, config: ModelConfig) -> jax.Array:
   """Final-normed hidden [..., D] -> f32[..., V] logits (tied or untied head, soft-capped when
   the config says so)."""
-  head = params.embed.T if config.tie_word_embeddings else params.lm_head
+  head = params.embed.T if config.embeddings.tied else params.lm_head
   logits = jnp.einsum("...d,dv->...v", hidden, head).astype(jnp.float32)
-  if config.final_logit_softcap is not None:
-    cap = config.final_logit_softcap
+  if config.embeddings.final_logit_softcap is not None:
+    cap = config.embeddings.final_logit_softcap
     logits = jnp.tanh(logits / cap) * cap
   return logits
 
 
 def _norm(x, weight, config: ModelConfig):
-  return rms_norm(x, weight, config.rms_norm_eps, config.norm_unit_offset)
+  return rms_norm(x, weight, config.layer.norm_eps, config.layer.norm_unit_offset)
 
 
 def project_qkv(h, p, cos, sin, config: ModelConfig):
@@ -49,15 +49,15 @@ def project_qkv(h, p, cos, sin, config: ModelConfig):
   q = jnp.einsum("btd,dhk->bthk", h, p.wq)
   k = jnp.einsum("btd,dhk->bthk", h, p.wk)
   v = jnp.einsum("btd,dhk->bthk", h, p.wv)
-  if config.qkv_bias:
+  if config.layer.qkv_bias:
     q, k, v = q + lead(p.bq, q), k + lead(p.bk, k), v + lead(p.bv, v)
-  if config.qk_norm:
+  if config.layer.qk_norm:
     q, k = _norm(q, p.q_norm, config), _norm(k, p.k_norm, config)
   return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
-  """One pre-norm block (plus Gemma's norms on the attention / MLP outputs with `post_norms`).
+  """One pre-norm block (plus Gemma's norms on the attention / MLP outputs: `layer.post_norms`).
   `kv` = (k_all, v_all, layer, start) when a cache is used."""
   q, k, v = project_qkv(_norm(x, p.attn_norm, config), p, cos, sin, config)
   if kv is not None:
@@ -66,14 +66,15 @@ def _layer(x, p, cos, sin, mask: MaskSpec, config: ModelConfig, kv=None):
     v_all = write_layer(v_all, layer, v, start)
     k, v = k_all[layer], v_all[layer]
     kv = (k_all, v_all)
-  scale = None if config.query_pre_attn_scalar is None else config.query_pre_attn_scalar ** -0.5
-  out = attention(q, k, v, mask=mask, scale=scale, softcap=config.attn_logit_softcap,
+  c = config.layer
+  scale = None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar ** -0.5
+  out = attention(q, k, v, mask=mask, scale=scale, softcap=c.attn_logit_softcap,
                   backend=config.attention_backend)
   out = jnp.einsum("bthk,hkd->btd", out, p.wo)
-  x = x + (_norm(out, p.post_attn_norm, config) if config.post_norms else out)
+  x = x + (_norm(out, p.post_attn_norm, config) if c.post_norms else out)
   h = _norm(x, p.mlp_norm, config)
-  out = gated_mlp(h, p.w_gate, p.w_up, p.w_down, config.activation)
-  x = x + (_norm(out, p.post_mlp_norm, config) if config.post_norms else out)
+  out = gated_mlp(h, p.w_gate, p.w_up, p.w_down, c.activation)
+  x = x + (_norm(out, p.post_mlp_norm, config) if c.post_norms else out)
   return x, kv
 
 
@@ -85,19 +86,20 @@ def _per_layer(config: ModelConfig) -> dict:
   """What differs between layers, as arrays the layer scan slices: "window" i32[L] (sliding or
   full attention) and "rope" i32[L] (0: the global RoPE table, 1: the local one). Empty when
   every layer is alike."""
-  if config.sliding_layers is None:
+  sliding = config.sliding
+  if sliding is None or sliding.layers is None:
     return {}
-  out = {"window": jnp.asarray([config.sliding_window if s else _NO_WINDOW
-                                for s in config.sliding_layers], jnp.int32)}
-  if config.local_rope_theta is not None:
-    out["rope"] = jnp.asarray(config.sliding_layers, jnp.int32)
+  out = {"window": jnp.asarray([sliding.window if s else _NO_WINDOW for s in sliding.layers],
+                               jnp.int32)}
+  if config.rope.local_theta is not None:
+    out["rope"] = jnp.asarray(sliding.layers, jnp.int32)
   return out
 
 
 def _rope_tables(positions: jax.Array, config: ModelConfig):
   """(cos, sin) f32[B, T, hd], or f32[2, B, T, hd] (global, local) with a local RoPE base."""
   cos, sin = rope_cos_sin(positions, config)
-  if config.local_rope_theta is None:
+  if config.rope.local_theta is None:
     return cos, sin
   local_cos, local_sin = rope_cos_sin(positions, config, local=True)
   return jnp.stack([cos, local_cos]), jnp.stack([sin, local_sin])
@@ -115,7 +117,7 @@ def _layer_inputs(cos, sin, mask: MaskSpec, per_layer: dict):
 def hidden_mask_keys(tokens: jax.Array, config: ModelConfig) -> jax.Array | None:
   """bool[B, T]: the masks a `BlockCausal(causal_given=True)` model hides as keys (None else)."""
   if config.attention.causal_given:
-    return tokens == config.mask_token_id
+    return tokens == config.tokens.mask
   return None
 
 
@@ -133,8 +135,9 @@ def mask_spec(positions: jax.Array, cache: KVCache | None, config: ModelConfig,
   else:
     kv_positions = write_slots(cache.positions, positions, cache.length)
     kv_length, start = cache.length + valid, cache.length
-  # Per-layer windows (config.sliding_layers) are set inside the layer scan.
-  window = config.sliding_window if config.sliding_layers is None else None
+  # Per-layer windows (config.sliding.layers) are set inside the layer scan.
+  sliding = config.sliding
+  window = sliding.window if sliding is not None and sliding.layers is None else None
   return MaskSpec(q_positions=positions, kv_positions=kv_positions, kv_length=kv_length,
                   pattern=config.attention, window=window, tree=tree, start=start,
                   hidden_keys=hidden_keys, in_order=in_order and segments is None,
@@ -157,7 +160,7 @@ def decode_hidden(params: Params, x: jax.Array, positions: jax.Array | None,
 
   See `forward` for the arguments; `hidden_keys` is `hidden_mask_keys(tokens)`, which `forward`
   computes itself. Split out so callers that need logits at only a few
-  positions (prefill) can skip the full [B, T, V] projection. A config with `embed_scale` scales
+  positions (prefill) can skip the full [B, T, V] projection. With `embeddings.scale` it scales
   x here (by sqrt(hidden_size) rounded to x's dtype, as HF does), so `hidden_layers` 0 is the
   scaled embedding, as in HF's hidden states.
   """
@@ -169,7 +172,7 @@ def decode_hidden(params: Params, x: jax.Array, positions: jax.Array | None,
       raise ValueError("positions=None means tokens 0..T-1 of a whole sequence: give positions "
                        "when decoding with a cache")
     positions = jnp.broadcast_to(jnp.arange(x.shape[1], dtype=jnp.int32), x.shape[:2])
-  if config.embed_scale:
+  if config.embeddings.scale:
     x = x * jnp.asarray(np.float32(config.hidden_size ** 0.5)).astype(x.dtype)
   cos, sin = _rope_tables(positions, config)
   mask = mask_spec(positions, cache, config, tree, valid_lengths, hidden_keys, in_order,

@@ -29,15 +29,15 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float, unit_offset: bool = Fa
 
 def rope_inv_freq(config: ModelConfig, local: bool = False) -> np.ndarray:
   """f32[head_dim // 2] inverse frequencies, with optional linear / llama3 scaling; `local`: those
-  of the sliding layers (`local_rope_theta`, unscaled).
+  of the sliding layers (`rope.local_theta`, unscaled).
 
   Computed in float32 in the same order of operations as transformers' rope init functions.
   """
   dim = config.head_dim
-  theta = config.local_rope_theta if local else config.rope_theta
+  theta = config.rope.local_theta if local else config.rope.theta
   exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
   inv_freq = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
-  scaling = None if local else config.rope_scaling
+  scaling = None if local else config.rope.scaling
   if scaling is None:
     return inv_freq
   if scaling.kind == "linear":
@@ -73,7 +73,7 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
   return x * cos + rotated * sin
 
 
-# The gated MLP's activations by `ModelConfig.activation`; gelu_tanh is torch's
+# The gated MLP's activations by `ModelConfig.layer.activation`; gelu_tanh is torch's
 # gelu(approximate="tanh") (HF's gelu_pytorch_tanh).
 ACTIVATION_FNS = {"silu": jax.nn.silu,
                   "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True)}

@@ -80,14 +80,14 @@ def param_specs(config) -> Params:
   L, D, H, K, hd, F, V = (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
                           c.intermediate_size, c.vocab_size)
   optional = {}
-  if c.qkv_bias:
+  if c.layer.qkv_bias:
     optional.update(bq=ParamSpec((L, H, hd), ("layers", "heads", "head_dim")),
                     bk=ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim")),
                     bv=ParamSpec((L, K, hd), ("layers", "kv_heads", "head_dim")))
-  if c.qk_norm:
+  if c.layer.qk_norm:
     optional.update(q_norm=ParamSpec((L, hd), ("layers", "head_dim")),
                     k_norm=ParamSpec((L, hd), ("layers", "head_dim")))
-  if c.post_norms:
+  if c.layer.post_norms:
     optional.update(post_attn_norm=ParamSpec((L, D), ("layers", "embed")),
                     post_mlp_norm=ParamSpec((L, D), ("layers", "embed")))
   layers = LayerParams(
@@ -103,7 +103,7 @@ def param_specs(config) -> Params:
       **optional)
   return Params(embed=ParamSpec((V, D), ("vocab", "embed")), layers=layers,
                 final_norm=ParamSpec((D,), ("embed",)),
-                lm_head=None if c.tie_word_embeddings else ParamSpec((D, V), ("embed", "vocab")))
+                lm_head=None if c.embeddings.tied else ParamSpec((D, V), ("embed", "vocab")))
 
 
 def key_name(key) -> str:
@@ -188,7 +188,7 @@ def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) ->
   GPT-2), norms that scale by 1 (zero weights where the norm adds 1, as Gemma's), zero biases."""
   flat = {}
   specs = flat_specs(config)
-  norm_init = jnp.zeros if config.norm_unit_offset else jnp.ones
+  norm_init = jnp.zeros if config.layer.norm_unit_offset else jnp.ones
   for i, (name, spec) in enumerate(sorted(specs.items())):  # Sorted: keys stay put as params come.
     leaf = name.rsplit("/", 1)[-1]
     if leaf.endswith("norm"):

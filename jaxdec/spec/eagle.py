@@ -104,17 +104,19 @@ def default_layers(num_layers: int) -> tuple[int, ...]:
 def draft_config(target: ModelConfig) -> ModelConfig:
   """The draft layer's config: the target's, with one layer and every layer alike. Here, not in
   training, because reading a saved drafter (`convert.eagle3`) needs it too."""
-  return dataclasses.replace(target, num_layers=1, sliding_layers=None, local_rope_theta=None)
+  sliding = None if target.sliding is None else dataclasses.replace(target.sliding, layers=None)
+  return dataclasses.replace(target, num_layers=1, sliding=sliding,
+                             rope=dataclasses.replace(target.rope, local_theta=None))
 
 
 def target_head(target: Model) -> jax.Array:
   """The target's LM head f[D, V] (its embedding, transposed, when tied)."""
   p = target.params
-  return p.embed.T if target.config.tie_word_embeddings else p.lm_head
+  return p.embed.T if target.config.embeddings.tied else p.lm_head
 
 
 def _norm(x, weight, config: ModelConfig):
-  return rms_norm(x, weight, config.rms_norm_eps, config.norm_unit_offset)
+  return rms_norm(x, weight, config.layer.norm_eps, config.layer.norm_unit_offset)
 
 
 def fuse(params: Eagle3Params, hidden: jax.Array) -> jax.Array:
@@ -137,7 +139,7 @@ def pair_output(params: Eagle3Params, config: ModelConfig, feats, attended) -> j
   p = params.layer
   x = feats + jnp.einsum("bthk,hkd->btd", attended, p.wo)
   return x + gated_mlp(_norm(x, p.mlp_norm, config), p.w_gate, p.w_up, p.w_down,
-                       config.activation)
+                       config.layer.activation)
 
 
 def attend(q, shared, diagonal=()) -> jax.Array:

@@ -105,8 +105,8 @@ class SimSD(Drafter):
     if not draft.has_causal_stream:
       raise ValueError(f"SimSD's draft must be a block-diffusion model whose given tokens are "
                        f"causal (BlockCausal(causal_given=True), shifted logits, as zoo:gsm-dlm-"
-                       f"draft), got attention {draft.attention} with shifted_logits="
-                       f"{draft.shifted_logits}")
+                       f"draft), got attention {draft.attention} with embeddings.shifted_logits="
+                       f"{draft.embeddings.shifted_logits}")
     threshold = np.asarray(self.threshold, np.float64)
     if threshold.ndim > 1 or not np.isfinite(threshold).all() or (threshold < 0).any() or (
         threshold > 1).any():
@@ -124,7 +124,7 @@ class SimSD(Drafter):
       raise ValueError(f"SimSD(order={self.order!r}) drafts tokens after tokens to their right, "
                        f"which exact sampling cannot verify: sample with order='left_to_right'")
     params, config = self.model.params, self.model.config
-    mask_id, n = config.mask_token_id, self.num_tokens
+    mask_id, n = config.tokens.mask, self.num_tokens
     batch = ctx.seq.shape[0]
     total, fed = ctx.total, state.fed
     key = None if ctx.key is None else jax.random.fold_in(ctx.key, DRAFT_TAG)

@@ -173,7 +173,7 @@ def unroll(params: Eagle3Params, part: Eagle3Drafter, target: Model, tokens: jax
   if kv_layer is not None:  # The target's K/V of kv_layer at tokens 0..T-1.
     p = jax.tree.map(lambda x: x[kv_layer], target.params.layers)
     cos, sin = rope_cos_sin(positions(batch, length), config)
-    normed = rms_norm(hidden[-1], p.attn_norm, config.rms_norm_eps, config.norm_unit_offset)
+    normed = rms_norm(hidden[-1], p.attn_norm, config.layer.norm_eps, config.layer.norm_unit_offset)
     _, k_t, v_t = jax.lax.stop_gradient(project_qkv(normed, p, cos, sin, config))
     shared_target = (k_t.astype(dtype), v_t.astype(dtype))
   outputs, own = [], []
@@ -267,7 +267,8 @@ def chain_terms(params, part: Eagle3Drafter, target: Model, tokens, scored, step
          "sim_tau": jnp.sum(jnp.where(root_valid, 1.0 + leading, 0.0))
                     / jnp.maximum(jnp.sum(root_valid), 1).astype(jnp.float32)}
   if params.verify is not None:
-    normed = rms_norm(h, params.norm, target.config.rms_norm_eps, target.config.norm_unit_offset)
+    layer = target.config.layer
+    normed = rms_norm(h, params.norm, layer.norm_eps, layer.norm_unit_offset)
     out["verify_logits"] = jnp.einsum("sbtd,d->sbt", normed, params.verify.w) + params.verify.b
   return out
 

@@ -49,7 +49,7 @@ class MedusaHeads:
     del key
     self.check(target)
     config = target.config
-    head = target.params.embed.T if config.tie_word_embeddings else target.params.lm_head
+    head = target.params.embed.T if config.embeddings.tied else target.params.lm_head
     k, r, d = self.num_heads, self.num_layers, config.hidden_size
     params = HeadsParams(w=jnp.zeros((k, r, d, d), jnp.float32),
                          b=jnp.zeros((k, r, d), jnp.float32),

@@ -127,15 +127,15 @@ class MaskedDiffusion:
     """(f32[B]: sum over masked positions of CE / p_mask per sequence, masked, logits aligned
     with the tokens they predict). A shifted (Dream) config predicts token i at output i - 1,
     which keeps an AR initialisation's next-token head in use."""
-    if config.mask_token_id is None or config.is_causal:
-      raise ValueError("masked diffusion needs a bidirectional config with mask_token_id set, got "
-                       f"causal={config.is_causal}, mask_token_id={config.mask_token_id}")
-    if config.shifted_logits:  # Dream: the output at i - 1 predicts token i; 0 has none.
+    if config.tokens.mask is None or config.is_causal:
+      raise ValueError("masked diffusion needs a bidirectional config with tokens.mask set, got "
+                       f"causal={config.is_causal}, tokens.mask={config.tokens.mask}")
+    if config.embeddings.shifted_logits:  # Dream: output i - 1 predicts token i; 0 has none.
       first = jnp.arange(tokens.shape[1])[None, :] > 0
       scored = first if scored is None else scored & first
-    noisy, masked, p_mask, visible = self.corrupt(tokens, key, config.mask_token_id, t, scored)
+    noisy, masked, p_mask, visible = self.corrupt(tokens, key, config.tokens.mask, t, scored)
     logits, _, _ = forward(params, noisy, None, config=config, valid_lengths=visible)
-    if config.shifted_logits:
+    if config.embeddings.shifted_logits:
       logits = jnp.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens)
     return jnp.sum(jnp.where(masked, nll, 0.0), axis=1) / p_mask, masked, logits
@@ -231,13 +231,14 @@ class BlockDiffusion:
 
   def _check(self, config: ModelConfig) -> None:
     """Raise ValueError naming a config or setting this objective cannot train."""
-    if not isinstance(config.attention, BlockCausal) or config.mask_token_id is None:
-      raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with mask_token_id "
-                       f"set, got attention={config.attention!r}, mask_token_id={config.mask_token_id}")
-    if self.ar_weight and not (config.attention.causal_given and config.shifted_logits):
+    if not isinstance(config.attention, BlockCausal) or config.tokens.mask is None:
+      raise ValueError("BlockDiffusion trains a BlockCausal(block_size) config with tokens.mask "
+                       f"set, got attention={config.attention!r}, tokens.mask={config.tokens.mask}")
+    if self.ar_weight and not config.has_causal_stream:
       raise ValueError("BlockDiffusion.ar_weight needs a clean stream that is causal: "
-                       "BlockCausal(causal_given=True) with shifted_logits, got "
-                       f"attention={config.attention!r}, shifted_logits={config.shifted_logits}")
+                       "BlockCausal(causal_given=True) with shifted logits, got "
+                       f"attention={config.attention!r}, embeddings.shifted_logits="
+                       f"{config.embeddings.shifted_logits}")
     for name in ("edit_fraction", "stale_fraction"):
       if not 0.0 <= getattr(self, name) <= 1.0:
         raise ValueError(f"BlockDiffusion.{name} must lie in [0, 1], got {getattr(self, name)}")
@@ -253,7 +254,7 @@ class BlockDiffusion:
     batch, length = tokens.shape
     scored = jnp.ones(tokens.shape, bool) if scored is None else scored
     blocks = block_ids(scored, config.attention.block_size)
-    if config.shifted_logits:  # Output i - 1 predicts token i; the first token has none.
+    if config.embeddings.shifted_logits:  # Output i - 1 predicts token i; the first has none.
       scored &= jnp.arange(length)[None, :] > 0
     t_key, m_key, s_key, c_key = jax.random.split(key, 4)
     starts = jnp.diff(blocks, axis=1, prepend=blocks[:, :1] - 1) > 0  # A block's first position.
@@ -273,7 +274,7 @@ class BlockDiffusion:
       cut = jnp.floor(per_block(c_key) * config.attention.block_size).astype(jnp.int32)
       masked &= (kind >= self.suffix_fraction) | (where - first >= cut)
     if self.confidence_fraction:
-      _, all_masked = _block_logits(params, tokens, jnp.where(scored, config.mask_token_id, tokens),
+      _, all_masked = _block_logits(params, tokens, jnp.where(scored, config.tokens.mask, tokens),
                                     blocks, starts, config)
       confidence = jnp.max(jax.nn.softmax(jax.lax.stop_gradient(all_masked)), axis=-1)
       mates = (blocks[:, :, None] == blocks[:, None, :]) & scored[:, None, :]
@@ -291,13 +292,13 @@ class BlockDiffusion:
       masked = jnp.concatenate([masked, scored & ~masked])
       p_mask = jnp.concatenate([p_mask, jnp.maximum(1.0 - p_mask, self.eps)])
       tokens, blocks, starts, scored = two(tokens), two(blocks), two(starts), two(scored)
-    noisy = jnp.where(masked, config.mask_token_id, tokens)
+    noisy = jnp.where(masked, config.tokens.mask, tokens)
     edited = jnp.zeros_like(masked)
     if self.edit_fraction:  # Own keys: the other draws stay what they were without editing.
       e_key, r_key = jax.random.split(jax.random.fold_in(key, 1))
       edited = scored & ~masked & (jax.random.uniform(e_key, tokens.shape) < self.edit_fraction)
       noise = jax.random.randint(r_key, tokens.shape, 0, config.vocab_size - 1, jnp.int32)
-      noise = noise + (noise >= config.mask_token_id).astype(jnp.int32)  # Never the mask.
+      noise = noise + (noise >= config.tokens.mask).astype(jnp.int32)  # Never the mask.
       noisy = jnp.where(edited, noise, noisy)
     first_noisy = None  # Per noisy token: the first block it reads as a noisy copy.
     if stale is not None:  # The latest block at or before it that is not stale.
@@ -346,7 +347,7 @@ def _block_logits(params, tokens, noisy, blocks, starts, config: ModelConfig, fi
   logits, _, _ = forward(params, jnp.concatenate([tokens, noisy], axis=1),
                          jnp.concatenate([pos, pos], axis=1), config=config, tree=visible)
   clean, noisy_logits = logits[:, :length], logits[:, length:]
-  if not config.shifted_logits:
+  if not config.embeddings.shifted_logits:
     return clean, noisy_logits
   shift = lambda a: jnp.concatenate([a[:, :1], a[:, :-1]], axis=1)
   from_clean = starts if first_noisy is None else starts & (first_noisy == blocks)

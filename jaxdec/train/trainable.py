@@ -85,7 +85,7 @@ class FullModel:
     params = io.load(self.init_from, dtype=jnp.float32).params
     layers = params.layers
     biases = (layers.bq, layers.bk, layers.bv)
-    if (not self.config.qkv_bias and all(b is not None for b in biases)
+    if (not self.config.layer.qkv_bias and all(b is not None for b in biases)
         and not any(jnp.any(b) for b in biases)):
       # A Qwen2-layout export of a bias-free model (zero q/k/v biases): the same function.
       params = params.replace(layers=layers.replace(bq=None, bk=None, bv=None))

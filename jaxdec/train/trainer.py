@@ -37,6 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxdec import sharding
 from jaxdec.model import Model, ModelConfig
 from jaxdec.model.params import key_name, path_name
+from jaxdec.model.config import regroup
 from jaxdec.corpus import Rows, sample_batch
 from jaxdec.train.objectives import NextToken
 from jaxdec.train.trainable import FullModel, Trainable, WholeModel
@@ -216,6 +217,19 @@ def _differences(saved, current, path: str = "") -> list[str]:
   return [] if saved == current else [f"{path}: {short(saved)} -> {short(current)}"]
 
 
+def _regrouped(fingerprint: dict) -> dict:
+  """A saved fingerprint with its model configs (the target's, a FullModel part's) in today's
+  grouped form: earlier jaxdec versions saved them flat, which would otherwise share no keys
+  with the current config and so compare as equal whatever they held."""
+  out = dict(fingerprint)
+  if isinstance(out.get("target"), dict):
+    out["target"] = regroup(out["target"])
+  part = out.get("part")
+  if isinstance(part, dict) and isinstance(part.get("config"), dict):
+    out["part"] = dict(part, config=regroup(part["config"]))
+  return out
+
+
 class TrainingInterrupted(KeyboardInterrupt):
   """Ctrl-C stopped `Trainer.run` after it saved a checkpoint of `step` under `directory`; the
   same run resumes from it. A KeyboardInterrupt, so callers that do not catch it stop as on
@@ -356,7 +370,7 @@ class Trainer:
     if latest is None:
       return
     meta = self.manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    changed = _differences(meta.get("fingerprint", {}), self.fingerprint())
+    changed = _differences(_regrouped(meta.get("fingerprint", {})), self.fingerprint())
     if changed:
       raise self._another_run("checkpoint -> this run: " + "; ".join(changed[:4]))
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())

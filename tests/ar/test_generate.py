@@ -50,7 +50,7 @@ def test_stops_at_eos_per_row(model):
   out = jaxdec.generate(model, prompts, max_new_tokens=16, stop_tokens=[stop])
   assert int(out.lengths[0]) == first + 1  # The stop token is included.
   np.testing.assert_array_equal(out.tokens[0, : first + 1], free.tokens[0, : first + 1])
-  assert (np.asarray(out.tokens[0, first + 1:]) == model.config.pad_token_id).all()
+  assert (np.asarray(out.tokens[0, first + 1:]) == model.config.tokens.pad).all()
   hits = np.flatnonzero(np.asarray(free.tokens[1]) == stop)
   expected_1 = hits[0] + 1 if hits.size else 16
   assert int(out.lengths[1]) == expected_1
@@ -218,7 +218,7 @@ def test_legacy_uint32_keys_work_like_typed_keys(model):
 def test_masked_diffusion_models_are_refused():
   from jaxdec.model import Bidirectional
 
-  dlm = tiny_model(attention=Bidirectional(), mask_token_id=5)
+  dlm = tiny_model(attention=Bidirectional(), tokens=dict(mask=5))
   with pytest.raises(ValueError, match="decode it with jaxdec.diffusion_generate"):
     jaxdec.generate(dlm, [[7, 8]], 4)
   with pytest.raises(ValueError, match="decode it with jaxdec.diffusion_generate"):

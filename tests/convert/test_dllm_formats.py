@@ -17,16 +17,19 @@ from tiny import tiny_model
 
 
 @pytest.mark.parametrize("arch, overrides, some_tensor", [
-    ("llada", dict(tie_word_embeddings=False), "model.transformer.blocks.1.attn_out.weight"),
-    ("Dream", dict(qkv_bias=True, shifted_logits=True), "model.layers.0.self_attn.q_proj.bias"),
-    ("Fast_dLLM_Qwen", dict(qkv_bias=True, shifted_logits=True, attention=BlockCausal(8)),
+    ("llada", dict(embeddings=dict(tied=False)), "model.transformer.blocks.1.attn_out.weight"),
+    ("Dream", dict(layer=dict(qkv_bias=True), embeddings=dict(shifted_logits=True)),
      "model.layers.0.self_attn.q_proj.bias"),
-    ("Fast_dLLM_Qwen", dict(qkv_bias=True, shifted_logits=True,
+    ("Fast_dLLM_Qwen", dict(layer=dict(qkv_bias=True), embeddings=dict(shifted_logits=True),
+                            attention=BlockCausal(8)),
+     "model.layers.0.self_attn.q_proj.bias"),
+    ("Fast_dLLM_Qwen", dict(layer=dict(qkv_bias=True), embeddings=dict(shifted_logits=True),
                             attention=BlockCausal(8, causal_given=True)),
      "model.layers.0.self_attn.q_proj.bias"),
 ])
 def test_export_and_load_roundtrip(tmp_path, arch, overrides, some_tensor):
-  model = tiny_model(architecture=arch, mask_token_id=5, **{"attention": Bidirectional(), **overrides})
+  model = tiny_model(architecture=arch, tokens=dict(mask=5),
+                     **{"attention": Bidirectional(), **overrides})
   out = jaxdec.export_hf(model, None, str(tmp_path / arch))
   names = set(load_file(os.path.join(out, "model.safetensors")))
   assert some_tensor in names
@@ -41,10 +44,10 @@ def test_export_and_load_roundtrip(tmp_path, arch, overrides, some_tensor):
 def test_qwen2_layouts_export_a_model_without_biases_with_zero_ones(tmp_path):
   """Dream and Fast-dLLM v2 files always hold q/k/v biases (Qwen2's); a Llama-style model (the
   zoo's, adapted from gsm-ar) is written with zeros, and reads back as the same function."""
-  model = tiny_model(architecture="Fast_dLLM_Qwen", attention=BlockCausal(8), mask_token_id=5,
-                     shifted_logits=True)
+  model = tiny_model(architecture="Fast_dLLM_Qwen", attention=BlockCausal(8), tokens=dict(mask=5),
+                     embeddings=dict(shifted_logits=True))
   again = jaxdec.load(jaxdec.export_hf(model, None, str(tmp_path / "m")))
-  assert again.config.qkv_bias and again.config.attention == BlockCausal(8)
+  assert again.config.layer.qkv_bias and again.config.attention == BlockCausal(8)
   tokens = jnp.arange(2, 18)[None, :]
   where = jnp.arange(16)[None, :]
   np.testing.assert_allclose(forward(again.params, tokens, where, config=again.config)[0],
@@ -74,7 +77,7 @@ def test_llada_config_allowlist():
          "mask_token_id": 120, "block_type": "llama", "activation_type": "silu", "rope_theta": 5e5,
          "init_fn": "mitchell", "precision": "amp_bf16", "weight_tying": False}
   config = config_from_hf(raw)
-  assert not config.is_causal and config.mask_token_id == 120 and config.head_dim == 16
+  assert not config.is_causal and config.tokens.mask == 120 and config.head_dim == 16
   with pytest.raises(ValueError, match="unsupported config value block_type='sequential'"):
     config_from_hf(dict(raw, block_type="sequential"))
   with pytest.raises(ValueError, match=r"unhandled config fields for llada: \['new_field'\]"):

@@ -25,7 +25,7 @@ DRAFT_IDS = np.sort(np.random.RandomState(1).choice(V, VD, replace=False))
 
 @pytest.fixture(scope="module")
 def target():
-  return tiny_model(seed=3, std=0.3, num_layers=4, eos_token_ids=(), pad_token_id=None)
+  return tiny_model(seed=3, std=0.3, num_layers=4, tokens=dict(eos=(), pad=None))
 
 
 def _public_tensors(seed=0) -> dict:

@@ -16,6 +16,7 @@ import jaxdec  # noqa: E402
 from hf_models import make_hf_model  # noqa: E402
 from jaxdec import spec  # noqa: E402
 from jaxdec.convert import config_from_hf, config_to_hf  # noqa: E402
+from tiny import updated  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
@@ -75,24 +76,24 @@ def test_greedy_speculative_equals_greedy_ar(converted):
 
 
 _OFF = {
-    "attn_logit_softcap": dict(attn_logit_softcap=None),
-    "final_logit_softcap": dict(final_logit_softcap=None),
-    "query_pre_attn_scalar": dict(query_pre_attn_scalar=None),
-    "embed_scale": dict(embed_scale=False),
-    "norm_unit_offset": dict(norm_unit_offset=False),
-    "activation": dict(activation="silu"),
-    "sliding_layers": dict(sliding_layers=(True,) * 3),
-    "no_window": dict(sliding_layers=None, sliding_window=None, local_rope_theta=None),
-    "local_rope_theta": dict(local_rope_theta=10000.0),
-    "rope_scaling": dict(rope_scaling=None),
+    "layer.attn_logit_softcap": dict(layer=dict(attn_logit_softcap=None)),
+    "embeddings.final_logit_softcap": dict(embeddings=dict(final_logit_softcap=None)),
+    "layer.query_pre_attn_scalar": dict(layer=dict(query_pre_attn_scalar=None)),
+    "embeddings.scale": dict(embeddings=dict(scale=False)),
+    "layer.norm_unit_offset": dict(layer=dict(norm_unit_offset=False)),
+    "layer.activation": dict(layer=dict(activation="silu")),
+    "sliding.layers": dict(sliding=dict(layers=(True,) * 3)),
+    "no_window": dict(sliding=None, rope=dict(local_theta=None)),
+    "rope.local_theta": dict(rope=dict(local_theta=10000.0)),
+    "rope.scaling": dict(rope=dict(scaling=None)),
 }
 # One compile each: a few run by default, the rest with -m slow.
-_QUICK = {("gemma2", "attn_logit_softcap"), ("gemma3", "sliding_layers"),
-          ("gemma3", "local_rope_theta")}
+_QUICK = {("gemma2", "layer.attn_logit_softcap"), ("gemma3", "sliding.layers"),
+          ("gemma3", "rope.local_theta")}
 _CASES = [pytest.param(arch, name, marks=() if (arch, name) in _QUICK else pytest.mark.slow)
-          for arch, names in [("gemma2", [n for n in _OFF if n not in ("local_rope_theta",
-                                                                        "rope_scaling")]),
-                              ("gemma3", [n for n in _OFF if n != "attn_logit_softcap"])]
+          for arch, names in [("gemma2", [n for n in _OFF if n not in ("rope.local_theta",
+                                                                        "rope.scaling")]),
+                              ("gemma3", [n for n in _OFF if n != "layer.attn_logit_softcap"])]
           for name in names]
 
 
@@ -102,7 +103,7 @@ def test_each_feature_moves_the_logits(arch, feature, converted):
   moves the logits far past their tolerance."""
   hf, _, model = converted[arch]
   tokens = _tokens(0, (1, 40))
-  changed = model.replace(config=dataclasses.replace(model.config, **_OFF[feature]))
+  changed = model.replace(config=updated(model.config, **_OFF[feature]))
   assert np.abs(np.asarray(jaxdec.forward(changed, tokens)) - _hf_logits(hf, tokens)).max() > 1e-2
 
 
@@ -161,18 +162,18 @@ def test_gemma2_defaults_and_legacy_fields_match_transformers(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(raw))
   want = transformers.AutoConfig.from_pretrained(str(tmp_path))
   config = config_from_hf(raw)
-  assert config.sliding_layers == tuple(t == "sliding_attention" for t in want.layer_types)
-  assert config.sliding_layers == (True, False, True, False)
-  assert (config.attn_logit_softcap, config.final_logit_softcap) == (
+  assert config.sliding.layers == tuple(t == "sliding_attention" for t in want.layer_types)
+  assert config.sliding.layers == (True, False, True, False)
+  assert (config.layer.attn_logit_softcap, config.embeddings.final_logit_softcap) == (
       want.attn_logit_softcapping, want.final_logit_softcapping) == (50.0, 30.0)
-  assert config.query_pre_attn_scalar == want.query_pre_attn_scalar == 256
-  assert config.tie_word_embeddings and want.tie_word_embeddings
-  assert config.rope_theta == want.rope_parameters["rope_theta"] == 5000.0
-  assert (config.bos_token_id, config.eos_token_ids, config.pad_token_id) == (2, (1,), 0)
+  assert config.layer.query_pre_attn_scalar == want.query_pre_attn_scalar == 256
+  assert config.embeddings.tied and want.tie_word_embeddings
+  assert config.rope.theta == want.rope_parameters["rope_theta"] == 5000.0
+  assert (config.tokens.bos, config.tokens.eos, config.tokens.pad) == (2, (1,), 0)
 
 
 def test_gemma_config_survives_json():
-  """sliding_layers is a tuple in the (hashable) config and a list in JSON (orbax checkpoints)."""
+  """sliding.layers is a tuple in the (hashable) config and a list in JSON (orbax checkpoints)."""
   config = config_from_hf(_gemma2_raw())
   again = jaxdec.ModelConfig.from_dict(json.loads(json.dumps(config.to_dict())))
   assert again == config and hash(again) == hash(config)
@@ -208,10 +209,11 @@ def test_config_errors_name_the_field_and_value(changes, message):
 def test_exports_refuse_what_the_architecture_cannot_express():
   gemma2 = config_from_hf(_gemma2_raw())
   as_llama = dataclasses.replace(gemma2, architecture="llama")
-  with pytest.raises(ValueError, match="architecture 'llama' cannot express .*'post_norms': True"):
+  with pytest.raises(ValueError,
+                     match="architecture 'llama' cannot express .*'layer.post_norms': True"):
     config_to_hf(as_llama, "float32")
-  with pytest.raises(ValueError, match=r"\{'local_rope_theta': 100.0\}.*'gemma2'"):
-    config_to_hf(dataclasses.replace(gemma2, local_rope_theta=100.0), "float32")
-  as_gemma3 = dataclasses.replace(gemma2, architecture="gemma3_text", qk_norm=True)
-  with pytest.raises(ValueError, match=r"'attn_logit_softcap': 50.0"):
+  with pytest.raises(ValueError, match=r"\{'rope.local_theta': 100.0\}.*'gemma2'"):
+    config_to_hf(updated(gemma2, rope=dict(local_theta=100.0)), "float32")
+  as_gemma3 = updated(gemma2, architecture="gemma3_text", layer=dict(qk_norm=True))
+  with pytest.raises(ValueError, match=r"'layer.attn_logit_softcap': 50.0"):
     config_to_hf(as_gemma3, "float32")

@@ -124,8 +124,8 @@ def test_legacy_config_layout_equals_v5():
   v5["dtype"] = "bfloat16"
   a, b = config_from_hf(legacy), config_from_hf(v5)
   assert a == b
-  assert a.rope_theta == 500000.0 and a.rope_scaling.kind == "llama3"
-  assert a.head_dim == 16 and a.eos_token_ids == (2, 3)
+  assert a.rope.theta == 500000.0 and a.rope.scaling.kind == "llama3"
+  assert a.head_dim == 16 and a.tokens.eos == (2, 3)
 
 
 _LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -144,7 +144,7 @@ def test_legacy_rope_scaling_beside_rope_parameters_matches_transformers(tmp_pat
   hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
   assert hf.config.rope_parameters["rope_type"] == "llama3"
   model = jaxdec.load(path)
-  assert model.config.rope_scaling.kind == "llama3"
+  assert model.config.rope.scaling.kind == "llama3"
   tokens = np.random.RandomState(4).randint(0, 256, (2, 40))
   np.testing.assert_allclose(jaxdec.forward(model, tokens), _hf_logits(hf, tokens).logits.numpy(),
                              atol=1e-4, rtol=0)
@@ -167,14 +167,14 @@ def test_rope_fields_are_read_as_transformers_reads_them(rope, tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(raw))
   want = dict(transformers.AutoConfig.from_pretrained(str(tmp_path)).rope_parameters)
   config = config_from_hf(raw)
-  assert config.rope_theta == want.pop("rope_theta")
+  assert config.rope.theta == want.pop("rope_theta")
   kind = want.pop("rope_type")
   want.pop("type", None)
   if kind == "default":
-    assert config.rope_scaling is None
+    assert config.rope.scaling is None
   else:
-    assert config.rope_scaling.kind == kind
-    assert {k: getattr(config.rope_scaling, k) for k in want} == want
+    assert config.rope.scaling.kind == kind
+    assert {k: getattr(config.rope.scaling, k) for k in want} == want
 
 
 @pytest.mark.parametrize("legacy", [
@@ -264,13 +264,14 @@ def test_export_of_a_jaxdec_native_model(tmp_path, model):
 
 
 @pytest.mark.parametrize("arch, overrides", [("llada", {}),
-                                             ("Dream", dict(qkv_bias=True, shifted_logits=True))])
+                                             ("Dream", dict(layer=dict(qkv_bias=True),
+                                                            embeddings=dict(shifted_logits=True)))])
 def test_diffusion_exports_need_their_remote_code(arch, overrides, tmp_path):
   """What export_hf documents for llada / Dream: jaxdec reads them, plain transformers cannot."""
   from jaxdec.model import Bidirectional
   from tiny import tiny_model
 
-  model = tiny_model(architecture=arch, attention=Bidirectional(), mask_token_id=5, **overrides)
+  model = tiny_model(architecture=arch, attention=Bidirectional(), tokens=dict(mask=5), **overrides)
   out = jaxdec.export_hf(model, None, str(tmp_path / arch))
   with pytest.raises(ValueError, match=f"model type `{arch}`"):
     transformers.AutoModelForCausalLM.from_pretrained(out)
@@ -279,26 +280,28 @@ def test_diffusion_exports_need_their_remote_code(arch, overrides, tmp_path):
 
 # ---- the family registry -------------------------------------------------------------------------
 
-def _gemma(**changes):
-  return dict(embed_scale=True, norm_unit_offset=True, post_norms=True, activation="gelu_tanh",
-              query_pre_attn_scalar=24, final_logit_softcap=3.0, sliding_window=8,
-              sliding_layers=(True, False), **changes)
+def _gemma(rope=None, **layer):
+  return dict(layer=dict(norm_unit_offset=True, post_norms=True, activation="gelu_tanh",
+                         query_pre_attn_scalar=24, **layer),
+              embeddings=dict(scale=True, final_logit_softcap=3.0),
+              sliding=dict(window=8, layers=(True, False)), rope=rope or {})
 
 
 # A tiny ModelConfig each registered family expresses, with its distinctive features on.
 _TINY = {
-    "llama": dict(tie_word_embeddings=True, eos_token_ids=(1, 2)),
-    "mistral": dict(sliding_window=8),
-    "qwen2": dict(qkv_bias=True),
-    "qwen3": dict(qk_norm=True, bos_token_id=3),
+    "llama": dict(embeddings=dict(tied=True), tokens=dict(eos=(1, 2))),
+    "mistral": dict(sliding=dict(window=8)),
+    "qwen2": dict(layer=dict(qkv_bias=True)),
+    "qwen3": dict(layer=dict(qk_norm=True), tokens=dict(bos=3)),
     "gemma2": _gemma(attn_logit_softcap=2.0),
-    "gemma3_text": _gemma(qk_norm=True, local_rope_theta=100.0,
-                          rope_scaling=RopeScaling("linear", 2.0)),
-    "llada": dict(attention=Bidirectional(), mask_token_id=5),
-    "Dream": dict(attention=Bidirectional(), mask_token_id=5, shifted_logits=True, qkv_bias=True),
-    "Fast_dLLM_Qwen": dict(attention=BlockCausal(8, causal_given=True), mask_token_id=5,
-                           shifted_logits=True, qkv_bias=True),
-    "sdar": dict(attention=BlockCausal(4), mask_token_id=5, qk_norm=True),
+    "gemma3_text": _gemma(qk_norm=True,
+                          rope=dict(local_theta=100.0, scaling=RopeScaling("linear", 2.0))),
+    "llada": dict(attention=Bidirectional(), tokens=dict(mask=5)),
+    "Dream": dict(attention=Bidirectional(), tokens=dict(mask=5),
+                  embeddings=dict(shifted_logits=True), layer=dict(qkv_bias=True)),
+    "Fast_dLLM_Qwen": dict(attention=BlockCausal(8, causal_given=True), tokens=dict(mask=5),
+                           embeddings=dict(shifted_logits=True), layer=dict(qkv_bias=True)),
+    "sdar": dict(attention=BlockCausal(4), tokens=dict(mask=5), layer=dict(qk_norm=True)),
 }
 
 

@@ -1,3 +1,6 @@
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -5,13 +8,15 @@ import pytest
 
 import jaxdec
 from jaxdec import sharding
+from jaxdec.convert.orbax import CONFIG_FILE
+from jaxdec.model import Bidirectional
 from jaxdec.model.params import flatten
-from tiny import tiny_model
+from tiny import flat_dict, tiny_model
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_orbax_roundtrip(tmp_path, dtype):
-  model = tiny_model(qk_norm=True, architecture="qwen3")
+  model = tiny_model(architecture="qwen3", layer=dict(qk_norm=True))
   model = model.replace(params=jax.tree.map(lambda x: x.astype(dtype), model.params))
   path = jaxdec.save(model, str(tmp_path / "ckpt"))
   restored = jaxdec.load(path)
@@ -21,6 +26,22 @@ def test_orbax_roundtrip(tmp_path, dtype):
     assert got.dtype == dtype
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(value, np.float32))
   jaxdec.save(model, path)  # Saving over an existing checkpoint replaces it.
+
+
+def test_orbax_checkpoints_of_earlier_versions_load(tmp_path):
+  """jaxdec_config.json as jaxdec wrote it before ModelConfig's groups: flat fields."""
+  model = tiny_model(attention=Bidirectional(), tokens=dict(mask=5), layer=dict(qk_norm=True),
+                     sliding=dict(window=8), architecture="llada")
+  path = jaxdec.save(model, str(tmp_path / "ckpt"))
+  with open(os.path.join(path, CONFIG_FILE)) as f:
+    meta = json.load(f)
+  flat = flat_dict(meta["config"])
+  assert "rms_norm_eps" in flat and "layer" not in flat and flat["sliding_window"] == 8
+  with open(os.path.join(path, CONFIG_FILE), "w") as f:
+    json.dump(dict(meta, config=flat), f)
+  restored = jaxdec.load(path)
+  assert restored.config == model.config
+  np.testing.assert_array_equal(restored.params.embed, model.params.embed)
 
 
 def test_orbax_restore_onto_a_mesh(tmp_path):

@@ -16,6 +16,7 @@ from hf_models import make_hf_model  # noqa: E402
 from jaxdec.convert import config_from_hf, config_to_hf  # noqa: E402
 from jaxdec.model import BlockCausal  # noqa: E402
 from jaxdec.model.params import flatten  # noqa: E402
+from tiny import updated  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
@@ -76,8 +77,8 @@ def test_logits_match_block_causal_qwen3(sdar):
   hf, path = sdar
   model = jaxdec.load(path)
   c = model.config
-  assert c.architecture == "sdar" and c.attention == BlockCausal(BLOCK) and c.qk_norm
-  assert not c.shifted_logits and not c.qkv_bias and c.mask_token_id == MASK
+  assert c.architecture == "sdar" and c.attention == BlockCausal(BLOCK) and c.layer.qk_norm
+  assert not c.embeddings.shifted_logits and not c.layer.qkv_bias and c.tokens.mask == MASK
   tokens = np.random.RandomState(0).randint(3, MASK, (2, 19)).astype(np.int32)  # A partial block.
   pos = np.arange(19)
   want = _logits(hf, tokens, pos[None, :] // BLOCK <= pos[:, None] // BLOCK)
@@ -90,9 +91,10 @@ def test_logits_match_block_causal_qwen3(sdar):
 def test_release_config_reads():
   c = config_from_hf(_release_config())
   assert (c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (28, 16, 8, 128)
-  assert c.attention == BlockCausal(4) and c.mask_token_id == 151669 and not c.shifted_logits
-  assert c.qk_norm and not c.tie_word_embeddings and c.rope_theta == 1e6
-  assert c.eos_token_ids == (151643,) and c.architecture == "sdar"
+  assert c.attention == BlockCausal(4) and c.tokens.mask == 151669
+  assert not c.embeddings.shifted_logits
+  assert c.layer.qk_norm and not c.embeddings.tied and c.rope.theta == 1e6
+  assert c.tokens.eos == (151643,) and c.architecture == "sdar"
 
 
 @pytest.mark.parametrize("field, message", [
@@ -131,13 +133,11 @@ def test_export_and_reload_roundtrip(sdar, tmp_path):
 
 
 def test_export_rejects_what_sdar_cannot_express(sdar):
-  import dataclasses
-
   config = jaxdec.load(sdar[1]).config
-  for changes in (dict(attention=BlockCausal(BLOCK, causal_given=True)), dict(shifted_logits=True),
-                  dict(mask_token_id=None)):
+  for changes in (dict(attention=BlockCausal(BLOCK, causal_given=True)),
+                  dict(embeddings=dict(shifted_logits=True)), dict(tokens=dict(mask=None))):
     with pytest.raises(ValueError, match="an sdar checkpoint is unshifted, block-causal"):
-      config_to_hf(dataclasses.replace(config, **changes), "float32")
+      config_to_hf(updated(config, **changes), "float32")
 
 
 def test_dual_cache_decodes_exactly(sdar):

@@ -15,10 +15,10 @@ MASK = 5
 KW = dict(gen_length=16, block_length=8, steps=16)
 
 
-def dlm(**overrides):
-  kw = dict(attention=Bidirectional(), mask_token_id=MASK, architecture="llada", std=0.5)
+def dlm(tokens=None, **overrides):
+  kw = dict(attention=Bidirectional(), architecture="llada", std=0.5)
   kw.update(overrides)
-  return tiny_model(**kw)
+  return tiny_model(tokens=dict(mask=MASK, **(tokens or {})), **kw)
 
 
 def _prompts(seed, lengths=(3, 11, 1, 7)):
@@ -38,7 +38,7 @@ def _same(model, scheduler, archer, prompts):
 def test_exact_on_a_one_layer_model_for_any_bound(shifted, scheduler):
   """One layer: K/V depend on the tokens only, so stale prompt entries are still right; the
   response query runs at the right positions and sees what the full forward sees."""
-  model = dlm(num_layers=1, shifted_logits=shifted, seed=1)
+  model = dlm(num_layers=1, seed=1, embeddings=dict(shifted_logits=shifted))
   for bound in (2, 5, 1000):
     _same(model, scheduler, Archer(bound), _prompts(0))
 

@@ -16,11 +16,11 @@ from tiny import tiny_model
 MASK = 5
 
 
-def dlm(**overrides):
+def dlm(tokens=None, **overrides):
   """A tiny masked-diffusion model; std 0.5 gives confidences that spread over (0, 1)."""
-  kw = dict(attention=Bidirectional(), mask_token_id=MASK, architecture="llada", std=0.5)
+  kw = dict(attention=Bidirectional(), architecture="llada", std=0.5)
   kw.update(overrides)
-  return tiny_model(**kw)
+  return tiny_model(tokens=dict(mask=MASK, **(tokens or {})), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_caches_are_exact_on_a_one_layer_model(cache, scheduler, shifted, suffix
   block do not change while it is decoded: a cache that reuses the right slots, at the right
   positions, with the right visibility, gives exactly the uncached output (also with only part
   of the suffix visible)."""
-  model = dlm(num_layers=1, shifted_logits=shifted, seed=1)
+  model = dlm(num_layers=1, seed=1, embeddings=dict(shifted_logits=shifted))
   kw = dict(gen_length=16, block_length=8, steps=16, scheduler=scheduler, visible_suffix=suffix)
   exact = jaxdec.diffusion_generate(model, _prompts(0), **kw)
   cached = jaxdec.diffusion_generate(model, _prompts(0), cache=cache, **kw)
@@ -194,7 +194,7 @@ def test_sampling_is_keyed_by_row_and_position(model):
 
 
 def test_shifted_models_default_to_the_dream_sampler():
-  model = dlm(shifted_logits=True, architecture="Dream", qkv_bias=True)
+  model = dlm(architecture="Dream", embeddings=dict(shifted_logits=True), layer=dict(qkv_bias=True))
   kw = dict(gen_length=16, block_length=16, steps=8)
   default = jaxdec.diffusion_generate(model, _prompts(8), **kw)
   dream = jaxdec.diffusion_generate(model, _prompts(8), scheduler=Dream(), **kw)
@@ -249,13 +249,13 @@ def test_bad_arguments_raise(model, kwargs, error, message):
 
 def test_bad_models_and_prompts_raise(model):
   with pytest.raises(ValueError, match="this model is causal: use jaxdec.generate"):
-    jaxdec.diffusion_generate(tiny_model(mask_token_id=MASK), [[7, 8]])
+    jaxdec.diffusion_generate(tiny_model(tokens=dict(mask=MASK)), [[7, 8]])
   with pytest.raises(ValueError, match="needs a model with a mask token"):
     jaxdec.diffusion_generate(tiny_model(attention=Bidirectional()), [[7, 8]])
   with pytest.raises(ValueError, match="prompts contain the mask token id 5"):
     jaxdec.diffusion_generate(model, [[7, MASK, 8]])
   with pytest.raises(ValueError, match="need an EOS id"):
-    jaxdec.diffusion_generate(dlm(eos_token_ids=()), [[7, 8]], logits_eos_inf=True)
+    jaxdec.diffusion_generate(dlm(tokens=dict(eos=())), [[7, 8]], logits_eos_inf=True)
 
 
 def test_parts_with_the_same_fields_get_their_own_programs(model):

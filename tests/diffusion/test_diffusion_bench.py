@@ -80,9 +80,8 @@ def test_bench_on_a_task_scores_answers_and_stops_at_eos(tmp_path, capsys):
   from tiny import tiny_model
 
   tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
-  model = tiny_model(vocab_size=320, max_position_embeddings=512, bos_token_id=1,
-                     eos_token_ids=(2,), attention=Bidirectional(), mask_token_id=3,
-                     architecture="llada", std=0.5)
+  model = tiny_model(vocab_size=320, max_position_embeddings=512, attention=Bidirectional(),
+                     architecture="llada", std=0.5, tokens=dict(bos=1, eos=(2,), mask=3))
   path = jaxdec.save(model, str(tmp_path / "dlm"), tokenizer=tok)
   record = bench.run(path, batch_sizes=(2,), num_prompts=2, gen_length=32, block_length=16,
                      repeats=1, names=["threshold 0.9 + dual"], task="gsm-synth",
@@ -137,9 +136,8 @@ def test_bench_times_a_subset_against_a_chosen_baseline(tmp_path, capsys):
   from tiny import tiny_model
 
   tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
-  model = tiny_model(vocab_size=320, max_position_embeddings=512, bos_token_id=1,
-                     eos_token_ids=(2,), attention=BlockCausal(16), mask_token_id=3,
-                     architecture="llada", std=0.5)
+  model = tiny_model(vocab_size=320, max_position_embeddings=512, attention=BlockCausal(16),
+                     architecture="llada", std=0.5, tokens=dict(bos=1, eos=(2,), mask=3))
   path = jaxdec.save(model, str(tmp_path / "bd"), tokenizer=tok)
   record = bench.run(path, batch_sizes=(2,), num_prompts=3, gen_length=32, block_length=16,
                      repeats=1, timed_prompts=1, baseline="LLaDA steps=G + dual",

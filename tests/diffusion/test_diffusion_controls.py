@@ -91,7 +91,7 @@ def test_stop_strings_cut_lengths_where_the_string_completes(dlm):
   assert np.asarray(early.stats["decoded"]).tolist() == [32, 64]
   assert int(early.stats["nfe"][0]) < int(base.stats["nfe"][0])
   np.testing.assert_array_equal(early.tokens[0, :32], base.tokens[0, :32])
-  assert set(_tokens(early, 0)[32:]) == {model.config.pad_token_id}
+  assert set(_tokens(early, 0)[32:]) == {model.config.tokens.pad}
   np.testing.assert_array_equal(early.tokens[1], base.tokens[1])
 
 
@@ -161,7 +161,7 @@ def test_streaming_delivers_each_finished_block_cut_at_the_stop(dlm):
 def test_min_new_tokens_rules_a_schedulers_lookahead_logits_too():
   """RPS with `ripple` commits on its lookahead forward's logits: they obey the rules as well, so
   the tokens a plain run uses most, made stop tokens, appear nowhere before min_new_tokens."""
-  model = tiny_model(attention=Bidirectional(), mask_token_id=5, architecture="llada", std=0.5)
+  model = tiny_model(attention=Bidirectional(), architecture="llada", std=0.5, tokens=dict(mask=5))
   prompts = [[7, 8, 9], [10, 11, 12, 13, 14], [20, 30]]
   kw = dict(gen_length=16, block_length=8, steps=16, scheduler=diffusion.RipplePivot(0.5))
   base = jaxdec.diffusion_generate(model, prompts, stop_tokens=(), **kw)

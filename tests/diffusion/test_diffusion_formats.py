@@ -110,8 +110,8 @@ def test_llada_checkpoint_matches_bidirectional_llama(tmp_path):
   tensors = {_llada_name(k): v for k, v in hf.state_dict().items()}
   assert "model.transformer.blocks.1.attn_out.weight" in tensors
   model = jaxdec.load(_save(tmp_path / "llada", _llada_config(hf), tensors))
-  assert not model.config.is_causal and not model.config.shifted_logits
-  assert model.config.mask_token_id == 250
+  assert not model.config.is_causal and not model.config.embeddings.shifted_logits
+  assert model.config.tokens.mask == 250
   tokens = _tokens()
   want = _bidirectional_logits(hf, tokens)
   np.testing.assert_allclose(jaxdec.forward(model, tokens), want, atol=1e-4, rtol=1e-4)
@@ -127,8 +127,9 @@ def test_dream_checkpoint_matches_bidirectional_qwen2(tmp_path):
   tensors = dict(hf.state_dict())
   assert "model.layers.0.self_attn.q_proj.bias" in tensors
   model = jaxdec.load(_save(tmp_path / "dream", _dream_config(hf), tensors))
-  assert not model.config.is_causal and model.config.shifted_logits and model.config.qkv_bias
-  assert model.config.mask_token_id == 250
+  assert not model.config.is_causal and model.config.embeddings.shifted_logits
+  assert model.config.layer.qkv_bias
+  assert model.config.tokens.mask == 250
   tokens = _tokens(1)
   # Raw (unshifted) outputs; the sampler applies the shift.
   np.testing.assert_allclose(jaxdec.forward(model, tokens), _bidirectional_logits(hf, tokens),

@@ -32,7 +32,7 @@ def test_llada_sampler_matches_reference(dlm, gen_length, block_length, steps):
                                   steps=steps, scheduler=FixedSteps())
   for i, p in enumerate(prompts):
     want, _ = ref.llada_generate(logits, p, gen_length, block_length, steps,
-                                 mask_id=model.config.mask_token_id)
+                                 mask_id=model.config.tokens.mask)
     np.testing.assert_array_equal(out.tokens[i], want, err_msg=f"row {i}")
 
 
@@ -42,7 +42,7 @@ def test_parallel_rules_match_reference(dlm, rule, scheduler):
   out = jaxdec.diffusion_generate(model, prompts, gen_length=32, block_length=16, scheduler=scheduler)
   value = scheduler.tau if rule == "threshold" else scheduler.delta
   for i, p in enumerate(prompts):
-    want, nfe = ref.fast_dllm_generate(logits, p, 32, 16, mask_id=model.config.mask_token_id,
+    want, nfe = ref.fast_dllm_generate(logits, p, 32, 16, mask_id=model.config.tokens.mask,
                                        rule=rule, value=value)
     np.testing.assert_array_equal(out.tokens[i], want, err_msg=f"row {i}")
     assert int(out.stats["nfe"][i]) == nfe

@@ -206,8 +206,8 @@ def test_verified_argmax_editing_is_the_causal_streams_greedy_decoding(scheduler
   gives exactly the stream's greedy (AR) decoding, however much was drafted in parallel; ragged
   prompts, dual cache. Without `verify` the last drafts are left unchecked. (A random model's
   drafts are poor, so the forwards saved are measured on the zoo model: `jaxdec bench blocks`.)"""
-  model = tiny_model(seed=0, attention=BlockCausal(8, causal_given=True), shifted_logits=True,
-                     mask_token_id=113)
+  model = tiny_model(seed=0, attention=BlockCausal(8, causal_given=True),
+                     embeddings=dict(shifted_logits=True), tokens=dict(mask=113))
   rng = np.random.RandomState(0)
   rows = [rng.randint(2, 120, n).tolist() for n in (3, 9, 5)]
   want = jaxdec.generate(model, rows, max_new_tokens=32, stop_tokens=())

@@ -84,7 +84,7 @@ def test_draft_score_is_the_drafts_log_probability_given_each_chunk():
                                jnp.asarray([5], jnp.int32), 3))[0]
     context = prompt[:-5]
     for m in range(-(-len(context) // 8)):
-      seq = [BOS] + context[8 * m:8 * m + 8] + query + [model.config.mask_token_id] * 3
+      seq = [BOS] + context[8 * m:8 * m + 8] + query + [model.config.tokens.mask] * 3
       logits = jaxdec.model.forward(model.params, jnp.asarray([seq], jnp.int32), None,
                                     config=model.config)[0][0]
       logp = jax.nn.log_softmax(logits[-3:].astype(jnp.float32))

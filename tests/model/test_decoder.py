@@ -5,16 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdec.model import Bidirectional, KVCache, RopeScaling, check_params
+from jaxdec.model import Bidirectional, KVCache, RopeScaling, Sliding, check_params
 from tiny import jit_forward as forward, tiny_model
 
 # Every Gemma feature at once: per-layer windows (the first layer slides) and RoPE bases, q/k
 # norms, soft-caps, GeGLU, (1 + w) norms, post-norms, scaled tied embeddings.
-GEMMA = dict(sliding_window=4, sliding_layers=(True, False), local_rope_theta=100.0,
-             rope_scaling=RopeScaling("linear", 4.0), qk_norm=True, embed_scale=True,
-             norm_unit_offset=True, post_norms=True, activation="gelu_tanh",
-             query_pre_attn_scalar=24, attn_logit_softcap=2.0, final_logit_softcap=3.0,
-             tie_word_embeddings=True)
+GEMMA = dict(sliding=dict(window=4, layers=(True, False)),
+             rope=dict(local_theta=100.0, scaling=RopeScaling("linear", 4.0)),
+             layer=dict(qk_norm=True, norm_unit_offset=True, post_norms=True,
+                        activation="gelu_tanh", query_pre_attn_scalar=24, attn_logit_softcap=2.0),
+             embeddings=dict(tied=True, scale=True, final_logit_softcap=3.0))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_tree_mask_matches_chains(which, request):
 
 
 def test_sliding_window_limits_context():
-  model = tiny_model(sliding_window=4)
+  model = tiny_model(sliding=dict(window=4))
   cfg, params = model.config, model.params
   a = _tokens(1, 12, cfg.vocab_size, seed=3)
   b = a.at[0, :5].set((a[0, :5] + 1) % cfg.vocab_size)  # Differs only at positions 0..4.
@@ -118,10 +118,10 @@ def test_sliding_window_limits_context():
 
 
 def test_per_layer_windows():
-  """sliding_layers sets the window layer by layer (in the scan): all True equals the one window
+  """sliding.layers sets the window layer by layer (in the scan): all True equals the one window
   of every layer (Mistral's static path); a full-attention layer sees past it."""
-  base = tiny_model(sliding_window=4)
-  with_layers = lambda layers: dataclasses.replace(base.config, sliding_layers=layers)
+  base = tiny_model(sliding=dict(window=4))
+  with_layers = lambda layers: dataclasses.replace(base.config, sliding=Sliding(4, layers))
   a = _tokens(1, 12, base.config.vocab_size, seed=3)
   b = a.at[0, :5].set((a[0, :5] + 1) % base.config.vocab_size)
   pos = _positions(1, 0, 12)
@@ -135,16 +135,15 @@ def test_per_layer_windows():
 
 
 def test_gemma_config_checks():
-  with pytest.raises(ValueError, match="sliding_layers has 3 entries for num_layers=2"):
-    tiny_model(sliding_window=4, sliding_layers=(True, False, True))
-  with pytest.raises(ValueError, match="sliding_layers needs a sliding_window"):
-    tiny_model(sliding_layers=(True, False))
-  with pytest.raises(ValueError, match="local_rope_theta=100.0 needs sliding_layers"):
-    tiny_model(local_rope_theta=100.0)
-  with pytest.raises(ValueError, match="activation must be one of .* got 'relu'"):
-    tiny_model(activation="relu")
-  with pytest.raises(ValueError, match="final_logit_softcap must be positive or None, got 0.0"):
-    tiny_model(final_logit_softcap=0.0)
+  with pytest.raises(ValueError, match="sliding.layers has 3 entries for num_layers=2"):
+    tiny_model(sliding=dict(window=4, layers=(True, False, True)))
+  with pytest.raises(ValueError, match="rope.local_theta=100.0 needs sliding.layers"):
+    tiny_model(rope=dict(local_theta=100.0))
+  with pytest.raises(ValueError, match="Layer.activation must be one of .* got 'relu'"):
+    tiny_model(layer=dict(activation="relu"))
+  with pytest.raises(ValueError, match="Embeddings.final_logit_softcap must be a positive number "
+                                       "or None, got 0.0"):
+    tiny_model(embeddings=dict(final_logit_softcap=0.0))
 
 
 def test_bidirectional_config_sees_the_future():

@@ -15,7 +15,7 @@ from tiny import tiny_config
 
 @pytest.fixture(scope="module")
 def config():
-  return tiny_config(qkv_bias=True, tie_word_embeddings=True)
+  return tiny_config(layer=dict(qkv_bias=True), embeddings=dict(tied=True))
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from tiny import tiny_model
 
 @pytest.fixture(scope="module")
 def target():
-  return tiny_model(seed=3, std=0.3, num_layers=4, eos_token_ids=(), pad_token_id=None)
+  return tiny_model(seed=3, std=0.3, num_layers=4, tokens=dict(eos=(), pad=None))
 
 
 def _randomised(part, target, seed=0):

@@ -19,7 +19,7 @@ TREE = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
 
 @pytest.fixture(scope="module")
 def target():
-  return tiny_model(seed=5, std=0.3, eos_token_ids=(), pad_token_id=None)
+  return tiny_model(seed=5, std=0.3, tokens=dict(eos=(), pad=None))
 
 
 @pytest.fixture(scope="module")

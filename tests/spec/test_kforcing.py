@@ -19,7 +19,7 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12], [3, 4], [9], [20, 21, 22, 23, 24]]
 
 @pytest.fixture(scope="module")
 def target():
-  return tiny_model(seed=5, std=0.3, eos_token_ids=(), pad_token_id=None)
+  return tiny_model(seed=5, std=0.3, tokens=dict(eos=(), pad=None))
 
 
 def _student(model, k=4, seed=0):
@@ -86,7 +86,7 @@ def test_standalone_budgets_stops_and_tokens_per_forward(target):
 
 
 def test_kforcing_drafter_greedy_equals_ar(target):
-  other = tiny_model(seed=6, std=0.3, eos_token_ids=(), pad_token_id=None)
+  other = tiny_model(seed=6, std=0.3, tokens=dict(eos=(), pad=None))
   ar = jaxdec.generate(target, PROMPTS, max_new_tokens=20)
   for student in (_student(target), _student(other, k=3)):
     out = jaxdec.speculative_generate(target, PROMPTS, spec.KForcing(student), max_new_tokens=20)

@@ -18,7 +18,7 @@ MASK = 113
 def _block_model(seed, **overrides):
   """A tiny block-diffusion model whose given tokens form a causal LM (gsm-dlm's layout)."""
   return tiny_model(seed=seed, attention=BlockCausal(BLOCK, causal_given=True),
-                    shifted_logits=True, mask_token_id=MASK, **overrides)
+                    embeddings=dict(shifted_logits=True), tokens=dict(mask=MASK), **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +108,14 @@ N_SAMPLES = 6000
 
 @pytest.mark.slow  # CI checks greedy SimSD token for token; the verifier's law is test_spec's
 def test_exact_simsd_matches_the_targets_sampling_in_distribution():
-  target = tiny_model(seed=3, vocab_size=VOCAB, std=0.1, eos_token_ids=(), pad_token_id=None,
-                      attention=BlockCausal(4, causal_given=True), shifted_logits=True,
-                      mask_token_id=VOCAB - 1)
-  draft = tiny_model(seed=4, vocab_size=VOCAB, std=0.1, eos_token_ids=(), pad_token_id=None,
-                     attention=BlockCausal(4, causal_given=True), shifted_logits=True,
-                     mask_token_id=VOCAB - 1, hidden_size=32, num_heads=2, num_kv_heads=1)
+  target = tiny_model(seed=3, vocab_size=VOCAB, std=0.1,
+                      attention=BlockCausal(4, causal_given=True),
+                      tokens=dict(eos=(), pad=None, mask=VOCAB - 1),
+                      embeddings=dict(shifted_logits=True))
+  draft = tiny_model(seed=4, vocab_size=VOCAB, std=0.1, attention=BlockCausal(4, causal_given=True),
+                     hidden_size=32, num_heads=2, num_kv_heads=1,
+                     tokens=dict(eos=(), pad=None, mask=VOCAB - 1),
+                     embeddings=dict(shifted_logits=True))
   prompt = [3, 5, 2]
   sampling = jaxdec.Sampling.create(temperature=1.0)
   out = jaxdec.speculative_generate(target, [prompt] * N_SAMPLES,
@@ -148,7 +150,8 @@ def test_bad_settings_are_named(target, draft, model):
     jaxdec.speculative_generate(target, prompts, spec.SimSD(draft, order="confidence"),
                                 sampling=jaxdec.Sampling.create(temperature=1.0),
                                 key=jax.random.key(0))
-  bidirectional = tiny_model(attention=BlockCausal(BLOCK), shifted_logits=True, mask_token_id=MASK)
+  bidirectional = tiny_model(attention=BlockCausal(BLOCK), embeddings=dict(shifted_logits=True),
+                             tokens=dict(mask=MASK))
   with pytest.raises(ValueError, match="masked-diffusion"):  # No causal stream to verify with.
     jaxdec.speculative_generate(bidirectional, prompts, spec.SimSD(draft))
   with pytest.raises(TypeError, match=r"SimSD.model must be a jaxdec Model .* got str; load it "

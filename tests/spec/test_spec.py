@@ -116,7 +116,7 @@ N_SAMPLES = 6000
 def small():
   """(target, draft, prompt) where the draft agrees with the target often but not always, and
   the prompt repeats the target's own continuation so n-gram drafts get accepted too."""
-  target = tiny_model(seed=3, vocab_size=VOCAB, std=0.1, eos_token_ids=(), pad_token_id=None)
+  target = tiny_model(seed=3, vocab_size=VOCAB, std=0.1, tokens=dict(eos=(), pad=None))
   leaves, treedef = jax.tree.flatten(target.params)
   noisy = [x + 0.5 * jnp.std(x) * jax.random.normal(jax.random.key(i), x.shape)
            for i, x in enumerate(leaves)]

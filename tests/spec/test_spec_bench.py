@@ -13,7 +13,7 @@ from tiny import tiny_model
 @pytest.mark.slow  # every method of the bench once (a minute); CI checks each method by its own tests
 def test_bench_on_a_task_scores_every_method_and_checks_it_against_ar(tmp_path, capsys):
   tok = train_bpe([p.text for p in gsm_synth.problems("train", 200)], 320, individual_digits=True)
-  ids = dict(vocab_size=320, max_position_embeddings=512, bos_token_id=1, eos_token_ids=(2,))
+  ids = dict(vocab_size=320, max_position_embeddings=512, tokens=dict(bos=1, eos=(2,)))
   target, draft = tiny_model(**ids), tiny_model(seed=1, num_layers=1, **ids)
   paths = [jaxdec.save(m, str(tmp_path / name), tokenizer=tok)
            for name, m in (("target", target), ("draft", draft))]

@@ -419,4 +419,4 @@ def test_gsm_recipes_train_on_the_task_corpus():
     assert cfg.model.vocab_size == source.vocab_size
     assert cfg.seq_len <= cfg.model.max_position_embeddings
   assert draft.model.num_params * 8 < ar.model.num_params
-  assert dlm.init_from == "zoo:gsm-ar" and not dlm.model.is_causal and dlm.model.mask_token_id == 3
+  assert dlm.init_from == "zoo:gsm-ar" and not dlm.model.is_causal and dlm.model.tokens.mask == 3

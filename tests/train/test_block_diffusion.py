@@ -31,7 +31,7 @@ def test_block_ids_start_at_each_completion():
 
 def _model(shifted, causal_given=False):
   return tiny_model(std=0.3, attention=BlockCausal(SIZE, causal_given=causal_given),
-                    mask_token_id=MASK, shifted_logits=shifted)
+                    tokens=dict(mask=MASK), embeddings=dict(shifted_logits=shifted))
 
 
 @pytest.mark.parametrize("shifted, causal_given", [(False, False), (True, False), (True, True)])
@@ -61,7 +61,7 @@ def test_training_logits_are_decodings_logits(shifted, causal_given):
 
 
 def test_needs_a_block_causal_model():
-  model = tiny_model(attention=jaxdec.model.Bidirectional(), mask_token_id=MASK)
+  model = tiny_model(attention=jaxdec.model.Bidirectional(), tokens=dict(mask=MASK))
   with pytest.raises(ValueError, match="BlockCausal"):
     BlockDiffusion().weighted_nll(model.params, jnp.ones((1, 8), jnp.int32), jax.random.key(0),
                                   model.config)
@@ -168,7 +168,7 @@ def test_ar_term_is_the_causal_models_next_token_loss():
 
 
 def test_causal_given_needs_a_mask_token():
-  with pytest.raises(ValueError, match="mask_token_id"):
+  with pytest.raises(ValueError, match="hides mask tokens: set tokens.mask"):
     tiny_model(attention=BlockCausal(SIZE, causal_given=True))
 
 

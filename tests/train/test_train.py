@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdec.model import Bidirectional, Model, ModelConfig
+from jaxdec.model import Bidirectional, Embeddings, Model, ModelConfig
 from jaxdec.model.params import flatten
 from jaxdec import corpus
 from jaxdec.train.evaluate import bits_per_byte
@@ -14,14 +14,16 @@ from jaxdec.train.objectives import MaskedDiffusion, NextToken
 from jaxdec.train.tokenizer import SPECIAL_TOKENS
 from jaxdec.train.trainable import FullModel
 from jaxdec.train.trainer import TrainConfig, Trainer
+from tiny import flat_dict, updated
 
 VOCAB = 512  # The conftest tokenizer's vocabulary.
 
 
 def _config(objective=NextToken(), steps=40, **model_overrides):
-  model = ModelConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_layers=2,
-                      num_heads=2, num_kv_heads=1, head_dim=32, max_position_embeddings=128,
-                      tie_word_embeddings=True, **model_overrides)
+  model = updated(ModelConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                              num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
+                              max_position_embeddings=128, embeddings=Embeddings(tied=True)),
+                  **model_overrides)
   return TrainConfig(name="tiny", model=model, objective=objective, steps=steps, batch_size=8,
                      seq_len=64, learning_rate=3e-3, warmup_steps=4, checkpoint_every=3,
                      eval_every=1000)
@@ -54,7 +56,7 @@ def test_training_loss_goes_down(tmp_path, stream):
 
 @pytest.mark.parametrize("objective", [NextToken(), MaskedDiffusion()])
 def test_resume_continues_exactly(tmp_path, stream, objective):
-  overrides = {} if isinstance(objective, NextToken) else dict(attention=Bidirectional(), mask_token_id=3)
+  overrides = {} if isinstance(objective, NextToken) else dict(attention=Bidirectional(), tokens=dict(mask=3))
   cfg = _config(objective, steps=6, **overrides)
   straight = Trainer(cfg, str(tmp_path / "a"))
   losses_a = [r["loss"] for r in straight.run(stream, progress=False)]
@@ -71,17 +73,17 @@ def test_resume_continues_exactly(tmp_path, stream, objective):
 
 
 def test_masked_diffusion_objective_weights_by_inverse_ratio():
-  cfg = _config(attention=Bidirectional(), mask_token_id=3).model
+  cfg = _config(attention=Bidirectional(), tokens=dict(mask=3)).model
   objective = MaskedDiffusion()
   tokens = jnp.asarray(np.random.RandomState(0).randint(4, VOCAB, (64, 64)), jnp.int32)
   noisy, masked, p, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.full((64,), 0.3))
   assert abs(float(masked.mean()) - 0.3) < 0.02
   assert bool(jnp.all(jnp.where(masked, noisy == 3, noisy == tokens)))
-  params = Trainer(_config(MaskedDiffusion(), attention=Bidirectional(), mask_token_id=3), "/tmp/unused-md").module.params()
+  params = Trainer(_config(MaskedDiffusion(), attention=Bidirectional(), tokens=dict(mask=3)), "/tmp/unused-md").module.params()
   per_seq, masked, _ = objective.weighted_nll(params, tokens, jax.random.key(1), cfg)
   loss, _ = objective.loss(params, tokens, jax.random.key(1), part=FullModel(cfg))
   np.testing.assert_allclose(loss, per_seq.sum() / tokens.size, rtol=1e-6)
-  with pytest.raises(ValueError, match="bidirectional config with mask_token_id"):
+  with pytest.raises(ValueError, match="bidirectional config with tokens.mask"):
     objective.loss(params, tokens, jax.random.key(1), part=FullModel(_config().model))
 
 
@@ -90,7 +92,8 @@ def test_a_shifted_dream_config_scores_token_i_with_output_i_minus_1():
   before it) is never masked."""
   from jaxdec.model import forward, init_params
 
-  cfg = _config(attention=Bidirectional(), mask_token_id=3, shifted_logits=True).model
+  cfg = _config(attention=Bidirectional(), tokens=dict(mask=3),
+                embeddings=dict(shifted_logits=True)).model
   params = init_params(cfg, jax.random.key(0), std=0.3)
   tokens = jnp.asarray(np.random.RandomState(4).randint(4, VOCAB, (4, 32)), jnp.int32)
   objective, ones = MaskedDiffusion(), jnp.ones((4,))
@@ -252,7 +255,7 @@ def test_certainty_forcing_adds_the_entropy_of_correct_predictions():
   """loss = ELBO term + w * mean entropy over masked positions whose argmax is the target."""
   from jaxdec.model import forward, init_params
 
-  cfg = _config(attention=Bidirectional(), mask_token_id=3).model
+  cfg = _config(attention=Bidirectional(), tokens=dict(mask=3)).model
   params = init_params(cfg, jax.random.key(0), std=0.3)
   tokens = jnp.asarray(np.random.RandomState(3).randint(4, VOCAB, (4, 32)), jnp.int32)
   plain = MaskedDiffusion()
@@ -319,6 +322,31 @@ def test_a_workdir_of_another_model_is_refused(tmp_path, stream):
   with pytest.raises(ValueError, match="holds another model's run.*other parameter shapes"):
     Trainer(wider, str(tmp_path / "old"))
   assert Trainer(_config(steps=6), str(tmp_path / "old")).step == 3  # Old runs still resume.
+
+
+def _save_with_flat_fingerprint(trainer: Trainer, **changes) -> None:
+  """A checkpoint as runs wrote them before ModelConfig's groups: the config's fields flat."""
+  import orbax.checkpoint as ocp
+
+  fingerprint = trainer.fingerprint()
+  fingerprint["part"]["config"] = dict(flat_dict(fingerprint["part"]["config"]), **changes)
+  meta = {"step": trainer.step, "name": trainer.cfg.name, "fingerprint": fingerprint}
+  trainer.manager.save(trainer.step, args=ocp.args.Composite(
+      state=ocp.args.StandardSave(trainer._state()), meta=ocp.args.JsonSave(meta)), force=True)
+  trainer.manager.wait_until_finished()
+
+
+def test_checkpoints_with_a_flat_config_fingerprint_resume(tmp_path):
+  """Fingerprints saved before ModelConfig's groups spell the config flat: the same config
+  resumes, and another one (same shapes) is still refused, naming the regrouped field."""
+  for name, changes in (("same", {}), ("other", {"rms_norm_eps": 1e-5})):
+    old = Trainer(_config(steps=6), str(tmp_path / name))
+    old.step = 3
+    _save_with_flat_fingerprint(old, **changes)
+    old.close()
+  assert Trainer(_config(steps=6), str(tmp_path / "same")).step == 3
+  with pytest.raises(ValueError, match=r"part.config.layer.norm_eps: 1e-05 -> 1e-06"):
+    Trainer(_config(steps=6), str(tmp_path / "other"))
 
 
 def _interrupt_at(monkeypatch, call: int, how: str) -> None:
@@ -483,7 +511,7 @@ def test_scored_positions_are_the_only_ones_the_losses_count():
   np.testing.assert_allclose(full, same, rtol=1e-6)
   np.testing.assert_allclose(full, nll.mean(), rtol=1e-5)
 
-  dlm = _config(MaskedDiffusion(), attention=Bidirectional(), mask_token_id=3)
+  dlm = _config(MaskedDiffusion(), attention=Bidirectional(), tokens=dict(mask=3))
   objective = MaskedDiffusion()
   _, masked, _, _ = objective.corrupt(tokens, jax.random.key(0), 3, t=jnp.ones((4,)), scored=scored)
   np.testing.assert_array_equal(masked, scored)

@@ -21,7 +21,7 @@ training template's operations instead of the question's).
 """
 
 from jaxdec.corpus import Packed
-from jaxdec.model import ModelConfig
+from jaxdec.model import Embeddings, Layer, ModelConfig, SpecialTokens
 from jaxdec.tasks import gsm_synth
 from jaxdec.train.objectives import NextToken
 from jaxdec.train.trainer import TrainConfig
@@ -31,8 +31,8 @@ DATA = Packed(gsm_synth.Corpus(difficulty=gsm_synth.Difficulty(), train_problems
 
 MODEL = ModelConfig(vocab_size=1024, hidden_size=256, intermediate_size=704, num_layers=6,
                     num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=576,
-                    rms_norm_eps=1e-6, tie_word_embeddings=True, architecture="llama",
-                    bos_token_id=1, eos_token_ids=(2,), pad_token_id=0)
+                    layer=Layer(norm_eps=1e-6), embeddings=Embeddings(tied=True),
+                    tokens=SpecialTokens(bos=1, eos=(2,), pad=0), architecture="llama")
 
 
 def get_config() -> TrainConfig:

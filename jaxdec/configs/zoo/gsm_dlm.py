@@ -44,8 +44,10 @@ BLOCK = 32  # The block length the zoo decodes gsm-synth with.
 # (up to 77 + 448 tokens) fit, and every position a decoding canvas reaches is trained.
 SEQ_LEN = gsm_ar.MODEL.max_position_embeddings
 DATA = dataclasses.replace(gsm_ar.DATA, seq_len=SEQ_LEN, eos_block=BLOCK)
-MODEL = dataclasses.replace(gsm_ar.MODEL, attention=BlockCausal(BLOCK, causal_given=True),
-                            mask_token_id=3, architecture="Fast_dLLM_Qwen", shifted_logits=True)
+MODEL = dataclasses.replace(
+    gsm_ar.MODEL, attention=BlockCausal(BLOCK, causal_given=True), architecture="Fast_dLLM_Qwen",
+    embeddings=dataclasses.replace(gsm_ar.MODEL.embeddings, shifted_logits=True),
+    tokens=dataclasses.replace(gsm_ar.MODEL.tokens, mask=3))
 
 
 def get_config() -> TrainConfig:

@@ -19,8 +19,8 @@ from jaxdec.train.objectives import BlockDiffusion
 from jaxdec.train.trainer import TrainConfig
 
 MODEL = dataclasses.replace(gsm_draft.MODEL, attention=gsm_dlm.MODEL.attention,
-                            mask_token_id=gsm_dlm.MODEL.mask_token_id,
-                            architecture=gsm_dlm.MODEL.architecture, shifted_logits=True)
+                            architecture=gsm_dlm.MODEL.architecture,
+                            embeddings=gsm_dlm.MODEL.embeddings, tokens=gsm_dlm.MODEL.tokens)
 
 
 def get_config() -> TrainConfig:

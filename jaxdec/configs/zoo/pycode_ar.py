@@ -4,14 +4,14 @@
 (~1.2 epochs of the stdlib train split). Special ids come from the zoo tokenizer: pad 0, bos 1, eos 2, mask 3.
 """
 
-from jaxdec.model import ModelConfig
+from jaxdec.model import Embeddings, Layer, ModelConfig, SpecialTokens
 from jaxdec.train.objectives import NextToken
 from jaxdec.train.trainer import TrainConfig
 
 MODEL = ModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4,
                     num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=256,
-                    rms_norm_eps=1e-6, tie_word_embeddings=True, architecture="llama",
-                    bos_token_id=1, eos_token_ids=(2,), pad_token_id=0)
+                    layer=Layer(norm_eps=1e-6), embeddings=Embeddings(tied=True),
+                    tokens=SpecialTokens(bos=1, eos=(2,), pad=0), architecture="llama")
 
 
 def get_config() -> TrainConfig:

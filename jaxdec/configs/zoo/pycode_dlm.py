@@ -14,8 +14,9 @@ from jaxdec.train.trainer import TrainConfig
 
 def get_config() -> TrainConfig:
   ar_model = load_config("zoo:pycode-ar").model
-  model = dataclasses.replace(ar_model, attention=Bidirectional(), mask_token_id=3,
-                              architecture="llada", max_position_embeddings=512)
+  model = dataclasses.replace(ar_model, attention=Bidirectional(), architecture="llada",
+                              max_position_embeddings=512,
+                              tokens=dataclasses.replace(ar_model.tokens, mask=3))
   return TrainConfig(name="pycode-dlm", model=model, objective=MaskedDiffusion(), steps=1600,
                      batch_size=16, seq_len=256, learning_rate=1.5e-3, warmup_steps=60, seed=0,
                      init_from="zoo:pycode-ar", eval_every=200, checkpoint_every=100)

@@ -34,22 +34,26 @@ class Dream(Family):
       raise ValueError(f"a {arch} config needs mask_token_id (add the tokenizer's mask token id)")
     attention = self._attention_from_hf(raw)
     base = QWEN2.from_hf(qwen2, generation)
-    return dataclasses.replace(base, attention=attention, shifted_logits=True, architecture=arch,
-                               mask_token_id=raw["mask_token_id"])
+    return dataclasses.replace(
+        base, attention=attention, architecture=arch,
+        embeddings=dataclasses.replace(base.embeddings, shifted_logits=True),
+        tokens=dataclasses.replace(base.tokens, mask=raw["mask_token_id"]))
 
   def to_hf(self, config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     arch = self.model_type
-    if (config.is_causal or not config.shifted_logits or config.mask_token_id is None
+    shifted, mask = config.embeddings.shifted_logits, config.tokens.mask
+    if (config.is_causal or not shifted or mask is None
         or not isinstance(config.attention, self.attention_kind)):
-      raise ValueError(f"a {arch} checkpoint is shifted, with a mask_token_id, and "
+      raise ValueError(f"a {arch} checkpoint is shifted, with a mask token, and "
                        f"{self.attention_name}; got attention={config.attention!r}, "
-                       f"shifted_logits={config.shifted_logits}, "
-                       f"mask_token_id={config.mask_token_id}")
-    qwen2 = dataclasses.replace(config, attention=Causal(), shifted_logits=False,
-                                architecture=QWEN2.model_type, mask_token_id=None)
+                       f"embeddings.shifted_logits={shifted}, tokens.mask={mask}")
+    qwen2 = dataclasses.replace(
+        config, attention=Causal(), architecture=QWEN2.model_type,
+        embeddings=dataclasses.replace(config.embeddings, shifted_logits=False),
+        tokens=dataclasses.replace(config.tokens, mask=None))
     out = QWEN2.to_hf(qwen2, dtype_name)
-    out.update(architectures=[self.class_name], model_type=arch,
-               mask_token_id=config.mask_token_id, **self._attention_to_hf(config.attention))
+    out.update(architectures=[self.class_name], model_type=arch, mask_token_id=mask,
+               **self._attention_to_hf(config.attention))
     return out
 
   def _attention_from_hf(self, raw: dict[str, Any]):

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 from jaxdec.convert.families.base import (IGNORED, LLAMA_TENSORS, Family, TensorNames,
                                           check_fields, common_to_hf, eos, rope_from_hf,
                                           rope_to_hf, sizes, token_ids)
-from jaxdec.model.config import ModelConfig, RopeScaling
+from jaxdec.model.config import (Embeddings, Layer, ModelConfig, Rope, RopeScaling, Sliding,
+                                 SpecialTokens)
 
 # Gemma's post_attention_layernorm normalises the attention output (Llama's is the MLP's pre-norm).
 GEMMA_TENSORS = LLAMA_TENSORS._replace(per_layer={
@@ -38,17 +39,25 @@ _IGNORED = IGNORED | {"cache_implementation", "sliding_window_pattern", "_slidin
 _REQUIRED = {"hidden_activation": "gelu_pytorch_tanh", "attention_bias": False}
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 
-# ModelConfig fields only Gemma checkpoints express, with their "off" values.
-_GEMMA_FIELDS = {"sliding_layers": None, "local_rope_theta": None, "embed_scale": False,
-                 "norm_unit_offset": False, "post_norms": False, "activation": "silu",
-                 "query_pre_attn_scalar": None, "attn_logit_softcap": None,
-                 "final_logit_softcap": None}
+# ModelConfig fields (dotted paths) only Gemma checkpoints express, with their "off" values.
+_GEMMA_FIELDS = {"sliding.layers": None, "rope.local_theta": None, "embeddings.scale": False,
+                 "layer.norm_unit_offset": False, "layer.post_norms": False,
+                 "layer.activation": "silu", "layer.query_pre_attn_scalar": None,
+                 "layer.attn_logit_softcap": None, "embeddings.final_logit_softcap": None}
+
+
+def _field(config: ModelConfig, path: str):
+  """A config field by its dotted path ("layer.qk_norm"); None inside a group set to None."""
+  value = config
+  for name in path.split("."):
+    value = None if value is None else getattr(value, name)
+  return value
 
 
 def check_no_gemma_features(config: ModelConfig) -> None:
   """A non-Gemma export (Llama-style, LLaDA, Dream) would silently drop these."""
-  on = {name: getattr(config, name) for name, off in _GEMMA_FIELDS.items()
-        if getattr(config, name) != off}
+  on = {path: _field(config, path) for path, off in _GEMMA_FIELDS.items()
+        if _field(config, path) != off}
   if on:
     raise ValueError(f"architecture {config.architecture!r} cannot express {on}; "
                      f"only {tuple(f.model_type for f in FAMILIES)} checkpoints carry them")
@@ -71,7 +80,7 @@ class Gemma(Family):
   qk_norm: bool = False
   consumed: ClassVar[frozenset] = _CONSUMED  # The config.json fields read.
   defaults: ClassVar[dict] = {}  # This version's config-class defaults beside _DEFAULTS.
-  off: ClassVar[dict] = {}  # ModelConfig fields it cannot express, with the value it needs.
+  off: ClassVar[dict] = {}  # ModelConfig fields (paths) it cannot express, with the value needed.
 
   def from_hf(self, raw: dict[str, Any], generation: dict[str, Any] | None) -> ModelConfig:
     arch = self.model_type
@@ -86,56 +95,52 @@ class Gemma(Family):
     if window is None and any(sliding):
       raise ValueError(f"{arch} has sliding_attention layers but sliding_window=None")
     theta, scaling, local_theta = self._rope(raw)
+    slides = any(sliding)
     return ModelConfig(
         **sizes(raw),
-        rms_norm_eps=float(raw["rms_norm_eps"]),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
-        qk_norm=self.qk_norm,
-        sliding_window=window if any(sliding) else None,
-        sliding_layers=sliding if any(sliding) else None,
-        local_rope_theta=local_theta if any(sliding) else None,
-        embed_scale=True,
-        norm_unit_offset=True,
-        post_norms=True,
-        activation="gelu_tanh",
-        query_pre_attn_scalar=raw["query_pre_attn_scalar"],
-        attn_logit_softcap=_softcap(self._attn_softcap(raw)),
-        final_logit_softcap=_softcap(raw["final_logit_softcapping"]),
+        sliding=Sliding(window=window, layers=sliding) if slides else None,
+        rope=Rope(theta=theta, scaling=scaling, local_theta=local_theta if slides else None),
+        layer=Layer(activation="gelu_tanh", norm_eps=float(raw["rms_norm_eps"]),
+                    norm_unit_offset=True, post_norms=True, qk_norm=self.qk_norm,
+                    query_pre_attn_scalar=raw["query_pre_attn_scalar"],
+                    attn_logit_softcap=_softcap(self._attn_softcap(raw))),
+        embeddings=Embeddings(tied=bool(raw["tie_word_embeddings"]), scale=True,
+                              final_logit_softcap=_softcap(raw["final_logit_softcapping"])),
+        tokens=SpecialTokens(bos=raw["bos_token_id"], eos=token_ids(eos(raw, generation)),
+                             pad=raw["pad_token_id"]),
         architecture=arch,
-        bos_token_id=raw["bos_token_id"],
-        eos_token_ids=token_ids(eos(raw, generation)),
-        pad_token_id=raw["pad_token_id"],
     )
 
   def to_hf(self, config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     arch = self.model_type
-    if not config.is_causal or config.shifted_logits or config.mask_token_id is not None:
+    if (not config.is_causal or config.embeddings.shifted_logits
+        or config.tokens.mask is not None):
       raise ValueError(f"{arch} export supports causal models only")
     wrong = self._inexpressible(config)
     if wrong:
       raise ValueError(f"config fields {wrong} cannot be expressed as HF architecture {arch!r}")
-    sliding = config.sliding_layers or (False,) * config.num_layers
+    sliding = _field(config, "sliding.layers") or (False,) * config.num_layers
+    layer = config.layer
     return {
         **common_to_hf(config, self.class_name, self._rope_to_hf(config), dtype_name),
         "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": _int_if_whole(config.query_pre_attn_scalar or config.head_dim),
-        "attn_logit_softcapping": config.attn_logit_softcap,
-        "final_logit_softcapping": config.final_logit_softcap,
-        "sliding_window": config.sliding_window,
+        "query_pre_attn_scalar": _int_if_whole(layer.query_pre_attn_scalar or config.head_dim),
+        "attn_logit_softcapping": layer.attn_logit_softcap,
+        "final_logit_softcapping": config.embeddings.final_logit_softcap,
+        "sliding_window": _field(config, "sliding.window"),
         "layer_types": [_LAYER_TYPES[0] if s else _LAYER_TYPES[1] for s in sliding],
         "attention_bias": False,
         "use_bidirectional_attention": False,
     }
 
   def _inexpressible(self, config: ModelConfig) -> dict[str, Any]:
-    fixed = {"embed_scale": True, "norm_unit_offset": True, "post_norms": True,
-             "activation": "gelu_tanh", "qkv_bias": False, "qk_norm": self.qk_norm, **self.off}
-    wrong = {name: getattr(config, name) for name, value in fixed.items()
-             if getattr(config, name) != value}
-    if config.sliding_window is not None and config.sliding_layers is None:
-      wrong["sliding_layers"] = None  # Mistral-style windows on every layer: say so per layer.
+    fixed = {"embeddings.scale": True, "layer.norm_unit_offset": True, "layer.post_norms": True,
+             "layer.activation": "gelu_tanh", "layer.qkv_bias": False,
+             "layer.qk_norm": self.qk_norm, **self.off}
+    wrong = {path: _field(config, path) for path, value in fixed.items()
+             if _field(config, path) != value}
+    if config.sliding is not None and config.sliding.layers is None:
+      wrong["sliding.layers"] = None  # Mistral-style windows on every layer: say so per layer.
     return wrong
 
   def _sliding_layers(self, raw: dict[str, Any]) -> tuple[bool, ...]:
@@ -170,7 +175,7 @@ class Gemma2(Gemma):
 
   defaults: ClassVar[dict] = {"max_position_embeddings": 8192, "final_logit_softcapping": 30.0,
                               "attn_logit_softcapping": 50.0}
-  off: ClassVar[dict] = {"local_rope_theta": None}
+  off: ClassVar[dict] = {"rope.local_theta": None}
 
   def _period(self, raw: dict[str, Any]) -> int:
     return 2
@@ -182,7 +187,7 @@ class Gemma2(Gemma):
     return raw["attn_logit_softcapping"]
 
   def _rope_to_hf(self, config: ModelConfig) -> dict[str, Any]:
-    return rope_to_hf(config.rope_theta, config.rope_scaling)
+    return rope_to_hf(config.rope.theta, config.rope.scaling)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -193,7 +198,7 @@ class Gemma3(Gemma):
   consumed: ClassVar[frozenset] = _CONSUMED | {"rope_local_base_freq"}
   defaults: ClassVar[dict] = {"max_position_embeddings": 131072, "final_logit_softcapping": None,
                               "attn_logit_softcapping": None}
-  off: ClassVar[dict] = {"attn_logit_softcap": None}
+  off: ClassVar[dict] = {"layer.attn_logit_softcap": None}
 
   def _period(self, raw: dict[str, Any]) -> int:
     return raw.get("sliding_window_pattern", 6)
@@ -231,13 +236,14 @@ class Gemma3(Gemma):
 
   def _inexpressible(self, config: ModelConfig) -> dict[str, Any]:
     wrong = super()._inexpressible(config)
-    if config.sliding_layers is not None and config.local_rope_theta is None:
-      wrong["local_rope_theta"] = None
+    if _field(config, "sliding.layers") is not None and config.rope.local_theta is None:
+      wrong["rope.local_theta"] = None
     return wrong
 
   def _rope_to_hf(self, config: ModelConfig) -> dict[str, Any]:
-    local = config.local_rope_theta if config.local_rope_theta is not None else config.rope_theta
-    return {"full_attention": rope_to_hf(config.rope_theta, config.rope_scaling),
+    rope = config.rope
+    local = rope.local_theta if rope.local_theta is not None else rope.theta
+    return {"full_attention": rope_to_hf(rope.theta, rope.scaling),
             "sliding_attention": rope_to_hf(local, None)}
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxdec.convert.families.base import Family, TensorNames, check_fields, eos_to_hf, token_ids
 from jaxdec.convert.families.gemma import check_no_gemma_features
-from jaxdec.model.config import ModelConfig
+from jaxdec.model.config import Embeddings, Layer, ModelConfig, Rope, SpecialTokens
 from jaxdec.model.masks import Bidirectional
 
 LLADA_TENSORS = TensorNames(
@@ -58,23 +58,23 @@ class Llada(Family):
         num_kv_heads=raw.get("n_kv_heads") or heads,
         head_dim=raw["d_model"] // heads,
         max_position_embeddings=raw["max_sequence_length"],
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        rope_theta=float(raw.get("rope_theta", 10000.0)),
-        tie_word_embeddings=bool(raw.get("weight_tying", False)),
-        qkv_bias=bool(raw.get("include_qkv_bias", False)),
         attention=Bidirectional(),
+        rope=Rope(theta=float(raw.get("rope_theta", 10000.0))),
+        layer=Layer(norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+                    qkv_bias=bool(raw.get("include_qkv_bias", False))),
+        embeddings=Embeddings(tied=bool(raw.get("weight_tying", False))),
+        tokens=SpecialTokens(bos=raw.get("bos_token_id"),
+                             eos=token_ids(raw.get("eos_token_id")),  # generation_config unread.
+                             pad=raw.get("pad_token_id"), mask=raw["mask_token_id"]),
         architecture=self.model_type,
-        bos_token_id=raw.get("bos_token_id"),
-        eos_token_ids=token_ids(raw.get("eos_token_id")),  # generation_config is not read.
-        pad_token_id=raw.get("pad_token_id"),
-        mask_token_id=raw["mask_token_id"],
     )
 
   def to_hf(self, config: ModelConfig, dtype_name: str) -> dict[str, Any]:
-    if config.is_causal or config.mask_token_id is None:
-      raise ValueError("a llada checkpoint is a bidirectional model with a mask_token_id")
+    if config.is_causal or config.tokens.mask is None:
+      raise ValueError("a llada checkpoint is a bidirectional model with a mask token "
+                       "(tokens.mask)")
     check_no_gemma_features(config)
-    if config.qk_norm or config.sliding_window is not None or config.rope_scaling is not None:
+    if config.layer.qk_norm or config.sliding is not None or config.rope.scaling is not None:
       raise ValueError("llada has no qk_norm, sliding window or rope scaling")
     if config.head_dim * config.num_heads != config.hidden_size:
       raise ValueError(f"llada needs head_dim * num_heads == hidden_size, got {config.head_dim} "
@@ -85,10 +85,10 @@ class Llada(Family):
         "n_kv_heads": config.num_kv_heads, "n_layers": config.num_layers,
         "mlp_hidden_size": config.intermediate_size, "vocab_size": config.vocab_size,
         "embedding_size": config.vocab_size, "max_sequence_length": config.max_position_embeddings,
-        "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_theta,
-        "weight_tying": config.tie_word_embeddings, "include_qkv_bias": config.qkv_bias,
-        "mask_token_id": config.mask_token_id, "bos_token_id": config.bos_token_id,
-        "eos_token_id": eos_to_hf(config.eos_token_ids), "pad_token_id": config.pad_token_id,
+        "rms_norm_eps": config.layer.norm_eps, "rope_theta": config.rope.theta,
+        "weight_tying": config.embeddings.tied, "include_qkv_bias": config.layer.qkv_bias,
+        "mask_token_id": config.tokens.mask, "bos_token_id": config.tokens.bos,
+        "eos_token_id": eos_to_hf(config.tokens.eos), "pad_token_id": config.tokens.pad,
         "dtype": dtype_name, **_REQUIRED,
     }
 

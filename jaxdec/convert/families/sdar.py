@@ -40,21 +40,21 @@ class Sdar(Family):
     qwen3 = {k: v for k, v in raw.items() if k not in _IGNORED | set(_FIELDS)}
     base = QWEN3.from_hf(qwen3, generation)
     return dataclasses.replace(base, attention=BlockCausal(raw["block_size"]), architecture=arch,
-                               mask_token_id=raw["mask_token_id"])
+                               tokens=dataclasses.replace(base.tokens, mask=raw["mask_token_id"]))
 
   def to_hf(self, config: ModelConfig, dtype_name: str) -> dict[str, Any]:
     attention = config.attention
-    if (not isinstance(attention, BlockCausal) or attention.causal_given or config.shifted_logits
-        or config.mask_token_id is None):
+    shifted, mask = config.embeddings.shifted_logits, config.tokens.mask
+    if (not isinstance(attention, BlockCausal) or attention.causal_given or shifted
+        or mask is None):
       raise ValueError(f"an {self.model_type} checkpoint is unshifted, block-causal "
-                       f"(causal_given=False), with a mask_token_id; got attention={attention!r}, "
-                       f"shifted_logits={config.shifted_logits}, "
-                       f"mask_token_id={config.mask_token_id}")
+                       f"(causal_given=False), with a mask token; got attention={attention!r}, "
+                       f"embeddings.shifted_logits={shifted}, tokens.mask={mask}")
     qwen3 = dataclasses.replace(config, attention=Causal(), architecture=QWEN3.model_type,
-                                mask_token_id=None)
+                                tokens=dataclasses.replace(config.tokens, mask=None))
     out = QWEN3.to_hf(qwen3, dtype_name)
     out.update(architectures=[self.class_name], model_type=self.model_type,
-               block_size=attention.block_size, mask_token_id=config.mask_token_id)
+               block_size=attention.block_size, mask_token_id=mask)
     return out
 
 
