@@ -31,8 +31,15 @@ class ParamSpec(NamedTuple):
   axes: tuple[str, ...]  # Logical axis names, mapped to mesh axes by `jaxdec.sharding`.
 
 
+def _replace(self, **changes):
+  """A copy with `changes` (field=value), as `dataclasses.replace`."""
+  return dataclasses.replace(self, **changes)
+
+
 def pytree_dataclass(cls):
-  """A frozen dataclass registered as a pytree whose fields are all data (arrays or None)."""
+  """A frozen dataclass registered as a pytree whose fields are all data (arrays or None), with
+  `replace(**changes)`."""
+  cls.replace = _replace
   return jax.tree_util.register_dataclass(dataclasses.dataclass(frozen=True)(cls))
 
 
@@ -57,8 +64,6 @@ class LayerParams:
   post_attn_norm: Any = None  # `post_norms`.
   post_mlp_norm: Any = None
 
-  def replace(self, **changes) -> "LayerParams":
-    return dataclasses.replace(self, **changes)
 
 
 @pytree_dataclass
@@ -70,8 +75,6 @@ class Params:
   final_norm: Any
   lm_head: Any = None
 
-  def replace(self, **changes) -> "Params":
-    return dataclasses.replace(self, **changes)
 
 
 def param_specs(config) -> Params:

@@ -88,8 +88,6 @@ class Eagle3Params:
   fc: Any = None
   verify: VerifyHead | None = None
 
-  def replace(self, **changes) -> "Eagle3Params":
-    return dataclasses.replace(self, **changes)
 
 
 def default_layers(num_layers: int) -> tuple[int, ...]:

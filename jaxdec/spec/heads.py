@@ -16,7 +16,6 @@ lossless on any tree.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -47,8 +46,6 @@ class HeadsParams:
   def sequential(self) -> bool:
     return self.mix is not None
 
-  def replace(self, **changes) -> "HeadsParams":
-    return dataclasses.replace(self, **changes)
 
 
 def head_logits(params: HeadsParams, hidden: jax.Array,

@@ -34,6 +34,7 @@ import optax
 from flax import struct
 
 from jaxdec.convert.eagle3 import write_eagle3
+from jaxdec.corpus import Rows
 from jaxdec.decoding import positions
 from jaxdec.model import Model, ModelConfig, forward, project_qkv
 from jaxdec.model.layers import rms_norm, rope_cos_sin
@@ -273,13 +274,13 @@ def chain_terms(params, part: Eagle3Drafter, target: Model, tokens, scored, step
   return out
 
 
-def chain_acceptance(params: Eagle3Params, part: Eagle3Drafter, target: Model, windows,
-                     steps: int = 8) -> dict:
+def chain_acceptance(params: Eagle3Params, part: Eagle3Drafter, target: Model,
+                     windows: np.ndarray | Rows, steps: int = 8) -> dict:
   """The drafter's conditional acceptance rate at each depth 1..steps of a greedy chain (EAGLE's
   n-alpha: accepted at depth d given accepted up to d - 1), simulated by the training-time test
   on `windows` (teacher-forced), and the implied tokens per step of a chain of `steps`."""
-  tokens = np.asarray(getattr(windows, "tokens", windows))
-  scored = getattr(windows, "scored", None)
+  tokens, scored = ((windows.tokens, windows.scored) if isinstance(windows, Rows)
+                    else (np.asarray(windows), None))
 
   @jax.jit
   def run(t, s):

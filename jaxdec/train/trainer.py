@@ -140,8 +140,11 @@ def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
 
 
 def _decays(path, _) -> bool:
-  """Weight decay on matrices and embeddings, not on norm weights or biases."""
-  name = key_name(path[-1])
+  """Weight decay on matrices and embeddings, not on norm weights or biases. The optimizer sees
+  each param inside its `nnx.Param`, whose own field `value` ends the path: the param's name is
+  the key before it."""
+  names = [key_name(k) for k in path]
+  name = names[-2] if len(names) > 1 and names[-1] == "value" else names[-1]
   return not (name.endswith("norm") or name in ("bq", "bk", "bv"))
 
 

@@ -541,3 +541,24 @@ def test_a_recipe_that_cannot_export_fails_before_training(tmp_path):
                                        "architecture 'dream'"):
     train_and_export(cfg, str(tmp_path / "run"), str(tmp_path / "export"))
   assert not (tmp_path / "run").exists()
+
+
+def test_weight_decay_spares_norms_and_biases():
+  """One AdamW step on zero gradients moves only what decays: the trainer's optimizer shrinks
+  matrices and embeddings and leaves norm weights and q/k/v biases where they are (its mask reads
+  each param's name through the nnx.Param around it)."""
+  from flax import nnx
+
+  from jaxdec.model import init_params
+  from jaxdec.train.trainer import TrainedParams, make_optimizer
+
+  config = updated(_config().model, layer=dict(qkv_bias=True))
+  params = jax.tree.map(lambda x: x + 1.0, init_params(config, jax.random.key(0)))  # Nonzero biases.
+  module = TrainedParams(None, params)
+  optimizer = nnx.Optimizer(module, make_optimizer(dataclasses.replace(
+      _config(), weight_decay=0.5, warmup_steps=0, steps=2)), wrt=nnx.Param)
+  optimizer.update(module, jax.tree.map(jnp.zeros_like, nnx.state(module, nnx.Param)))
+  before, after = flatten(params), flatten(module.params())
+  moved = {name for name in before if not np.array_equal(before[name], after[name])}
+  spared = {n for n in before if n.endswith("norm") or n.split("/")[-1] in ("bq", "bk", "bv")}
+  assert spared and moved == set(before) - spared, sorted(moved ^ (set(before) - spared))
