@@ -524,13 +524,12 @@ def check_controls(vocab_size: int, batch: int, *, min_new_tokens=0, repetition_
   stops = None
   if stop_strings is not None and not isinstance(stop_strings, str) and len(stop_strings) == 0:
     stop_strings = None  # [] means none, as stop_tokens=() does.
+  if tokenizer is not None:
+    tokenizer.check_fits(vocab_size)
   if stop_strings is not None:
     if tokenizer is None:
       raise ValueError("stop_strings need the model's tokenizer to match text: pass tokenizer="
                        "jaxdec.load_tokenizer(...)")
-    if tokenizer.vocab_size > vocab_size:
-      raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
-                       f"vocabulary of {vocab_size}: not this model's tokenizer")
     stops = StopStrings.create(tokenizer, stop_strings, vocab_size)
   if not isinstance(logprobs, bool):
     raise TypeError(f"logprobs must be True or False, got {logprobs!r}")

@@ -66,6 +66,7 @@ def complete(model, tokenizer, texts: Sequence[str], max_new_tokens: int = 64, *
   """
   if isinstance(texts, str):
     raise TypeError("texts must be a list of strings; for one text write [text]")
+  tokenizer.check_fits(model.config.vocab_size)  # Before encoding: ids past the vocabulary.
   prompts = [tokenizer.encode(t) for t in texts]
   listener = None if stream is None else TextStream(tokenizer, len(prompts), stream)
   common = dict(stop_strings=stop_strings, tokenizer=tokenizer, stream=listener, **kwargs)

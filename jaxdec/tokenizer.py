@@ -61,6 +61,19 @@ class Tokenizer:
     """Tokens in the tokenizer, special ones included (a model may pad its vocab_size above it)."""
     return self.backend.get_vocab_size()
 
+  def check_fits(self, vocab_size: int) -> None:
+    """Raise ValueError unless this can be the tokenizer of a model with `vocab_size` ids: not
+    more tokens than the model has ids, and not fewer than half of them. Models pad their
+    vocabulary above their tokenizer's (zoo:gsm-ar 953 -> 1024, Qwen2.5 151665 -> 151936), never
+    to twice its size; another model's tokenizer usually misses one bound or the other."""
+    if self.vocab_size > vocab_size:
+      raise ValueError(f"the tokenizer has {self.vocab_size} tokens, more than the model's "
+                       f"vocabulary of {vocab_size}: not this model's tokenizer")
+    if 2 * self.vocab_size < vocab_size:
+      raise ValueError(f"the tokenizer has {self.vocab_size} tokens for a model of {vocab_size} "
+                       f"ids (fewer than half of them have a token): not this model's tokenizer; "
+                       f"load the one saved with the model (jaxdec.load_tokenizer(same path))")
+
   def encode(self, text: str, add_bos: bool = True) -> list[int]:
     """`text` (a str) -> its token ids (a list of ints), ready as one prompt of `generate`.
 

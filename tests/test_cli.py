@@ -701,3 +701,15 @@ def test_controls_refuse_diffusion(tmp_path, capsys):
   path = jaxdec.save(_dlm(), str(tmp_path / "m"))
   assert cli.main(["generate", "--model", path, "--prompt-ids", "7 8", "--min-new-tokens", "2"]) == 2
   assert "--min-new-tokens acts on autoregressive and speculative decoding" in capsys.readouterr().err
+
+
+def test_python_m_jaxdec_is_the_console_script():
+  """`python -m jaxdec` runs the CLI where the `jaxdec` script is not on PATH (a notebook's
+  kernel, a bare interpreter)."""
+  import subprocess
+  import sys
+
+  done = subprocess.run([sys.executable, "-m", "jaxdec", "--help"], capture_output=True, text=True,
+                        check=False)
+  assert done.returncode == 0, done.stderr
+  assert "generate" in done.stdout and "bench" in done.stdout

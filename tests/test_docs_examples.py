@@ -52,7 +52,7 @@ def test_the_token_loop_example(model, namespace):
   namespace["test_my_generate_equals_generate"](model, _prompts(2, (2, 5)))
 
 
-def test_the_readme_python_runs_as_written():
+def test_the_readme_python_runs_as_written(capsys):
   """Every python block of the README, in order, in one namespace (the zoo models, the real
   calls a newcomer copies)."""
   with open(os.path.join(os.path.dirname(DOC), "..", "README.md")) as f:
@@ -62,6 +62,10 @@ def test_the_readme_python_runs_as_written():
   for block in blocks:
     exec(compile(block, "README.md", "exec"), names)
   assert len(names["texts"]) == 2 and all(isinstance(t, str) for t in names["texts"])
+  # The streaming example prints the first completion whole (streamed past its stop string)
+  # and nothing of the second.
+  printed = capsys.readouterr().out
+  assert names["texts"][0] in printed and names["texts"][1] not in printed
   # What the README's comments claim of the last blocks: the student alone emits four tokens per
   # forward, and speculation with the EAGLE-3 drafter is greedy AR's output.
   alone = names["alone"]

@@ -21,6 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "colab", "*.ipynb")))
 CELL_TIMEOUT_S = 480  # A zoo model's first compile takes ~10 s alone, minutes on a busy CPU.
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# A shell line or a command list that starts with the console script (the kernel's PATH has it;
+# a Colab runtime's need not).
+CONSOLE_SCRIPT = re.compile(r"""^\s*!\s*jaxdec\b|[\[(]\s*["']jaxdec["']\s*,""", re.M)
 
 
 def _name(path: str) -> str:
@@ -92,6 +95,9 @@ def test_stored_without_outputs(path):
   code = [c.source for c in nb.cells if c.cell_type == "code"]
   assert "REPO_URL" in code[0] and "jax.default_backend()" in code[0], "the setup cell comes first"
   assert sum("JAXDEC_NOTEBOOK_SMALL" in c for c in code) == 1, "one parameters cell sets the sizes"
+  by_name = [c for c in code if CONSOLE_SCRIPT.search(c)]
+  assert not by_name, (f"{_name(path)} runs the `jaxdec` console script by name, which is not on "
+                       f"PATH on every runtime: run `sys.executable, '-m', 'jaxdec'`\n{by_name[0]}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])

@@ -61,3 +61,27 @@ def test_shipped_zoo_tokenizers_follow_the_rule():
     backend = HFTokenizer.from_file(f"{zoo.resolve(name)}/tokenizer.json")
     for text in texts + TEXTS:
       assert backend.encode(text).ids == tok.encode(text)
+
+
+def test_another_models_tokenizer_is_refused_where_a_model_meets_it():
+  """gsm-ar's 953-token tokenizer on pycode-ar (4096 ids) decoded garbage without a word; a
+  tokenizer larger than the model's vocabulary would index past it. Both are refused, by
+  `complete` and by every entry point given `tokenizer=`, before anything compiles."""
+  code = jaxdec.load("zoo:pycode-ar")
+  gsm_tokenizer = jaxdec.load_tokenizer("zoo:gsm-ar")
+  with pytest.raises(ValueError, match=r"953 tokens for a model of 4096 ids .*not this model's"):
+    jaxdec.complete(code, gsm_tokenizer, ["def f():"])
+  with pytest.raises(ValueError, match="953 tokens for a model of 4096"):
+    jaxdec.generate(code, [[1, 5, 6]], max_new_tokens=4, tokenizer=gsm_tokenizer)
+  gsm = jaxdec.load("zoo:gsm-ar")
+  code_tokenizer = jaxdec.load_tokenizer("zoo:pycode-ar")
+  with pytest.raises(ValueError, match="4096 tokens, more than the model's vocabulary of 1024"):
+    jaxdec.complete(gsm, code_tokenizer, ["Tom has 3 apples."])
+  assert jaxdec.complete(gsm, gsm_tokenizer, ["Tom has"], max_new_tokens=2)  # Its own: 953 of 1024.
+
+
+def test_a_model_passed_as_a_drafter_is_told_to_wrap_it():
+  target = jaxdec.load("zoo:pycode-ar")
+  with pytest.raises(TypeError, match=r"wrap a draft model as spec.DraftModel\(model"):
+    jaxdec.speculative_generate(target, [[1, 5, 6]], jaxdec.load("zoo:pycode-draft"),
+                                max_new_tokens=4)

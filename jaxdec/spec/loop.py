@@ -238,6 +238,9 @@ def prepare(model: Model, prompts, drafter, verifier=None, max_new_tokens=64, sa
   a = decoding.ar_inputs(model, prompts, lengths, max_new_tokens, sampling, key, stop_tokens)
   if verifier is None:
     verifier = Greedy() if a.sampling is None else Exact()
+  if isinstance(drafter, Model):
+    raise TypeError("drafter is a Model: wrap a draft model as spec.DraftModel(model, "
+                    "num_tokens=4) (the tokens it drafts a step)")
   decoding.check_part(drafter, Drafter, "drafter")
   decoding.check_part(verifier, Verifier, "verifier")
   drafter.check(a.model.config)
