@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import traverse_util
 
 
 class ParamSpec(NamedTuple):
@@ -142,6 +143,11 @@ def param_shapes(config) -> dict[str, tuple[int, ...]]:
   return {name: spec.shape for name, spec in flat_specs(config).items()}
 
 
+def _required(cls) -> set[str]:
+  """The fields of a params dataclass that every model has (those without a None default)."""
+  return {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+
+
 _TOP = {f.name for f in dataclasses.fields(Params)} - {"layers"}
 _LAYER = {f.name for f in dataclasses.fields(LayerParams)}
 
@@ -153,9 +159,8 @@ def unflatten(flat: dict[str, Any]) -> Params:
   if unknown:
     raise ValueError(f"no such params: {unknown}")
   layers = {n[len("layers/"):]: x for n, x in flat.items() if n.startswith("layers/")}
-  missing = sorted(f"layers/{n}" for n in ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm",
-                                           "w_gate", "w_up", "w_down") if n not in layers)
-  missing += sorted(n for n in ("embed", "final_norm") if n not in flat)
+  missing = sorted(f"layers/{n}" for n in _required(LayerParams) if n not in layers)
+  missing += sorted(n for n in _required(Params) - {"layers"} if n not in flat)
   if missing:
     raise ValueError(f"params need {missing}")
   return Params(embed=flat["embed"], layers=LayerParams(**layers), final_norm=flat["final_norm"],
@@ -165,25 +170,12 @@ def unflatten(flat: dict[str, Any]) -> Params:
 def to_dict(params: Params) -> dict:
   """The nested dict of the flat names, {"embed": ..., "layers": {"wq": ...}} without None
   leaves: the layout orbax checkpoints have always held."""
-  out: dict = {}
-  for name, x in flatten(params).items():
-    *outer, leaf = name.split("/")
-    node = out
-    for key in outer:
-      node = node.setdefault(key, {})
-    node[leaf] = x
-  return out
+  return traverse_util.unflatten_dict(flatten(params), sep="/")
 
 
 def from_dict(nested: dict) -> Params:
   """`to_dict`'s inverse (a params dict of the old layout, too)."""
-  flat = {}
-  for key, value in nested.items():
-    if isinstance(value, dict):
-      flat.update({f"{key}/{name}": x for name, x in value.items()})
-    else:
-      flat[key] = value
-  return unflatten(flat)
+  return unflatten(traverse_util.flatten_dict(nested, sep="/"))
 
 
 def init_params(config, key: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
