@@ -110,17 +110,9 @@ def param_specs(config) -> Params:
                 lm_head=None if c.embeddings.tied else ParamSpec((D, V), ("embed", "vocab")))
 
 
-def key_name(key) -> str:
-  """One step of a pytree key path as a name: a dataclass field's, a dict key, a list index."""
-  for attr in ("name", "key", "idx"):
-    if hasattr(key, attr):
-      return str(getattr(key, attr))
-  return str(key)
-
-
 def path_name(path) -> str:
-  """A pytree key path as a flat name, "layers/wq"."""
-  return "/".join(key_name(k) for k in path)
+  """A pytree key path as a flat name, "layers/wq" (dataclass fields, dict keys, list indices)."""
+  return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def _is_spec(x) -> bool:

@@ -36,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxdec import sharding
 from jaxdec.model import Model, ModelConfig
-from jaxdec.model.params import key_name, path_name
+from jaxdec.model.params import path_name
 from jaxdec.model.config import regroup
 from jaxdec.corpus import Rows, sample_batch
 from jaxdec.train.objectives import NextToken
@@ -143,7 +143,7 @@ def _decays(path, _) -> bool:
   """Weight decay on matrices and embeddings, not on norm weights or biases. The optimizer sees
   each param inside its `nnx.Param`, whose own field `value` ends the path: the param's name is
   the key before it."""
-  names = [key_name(k) for k in path]
+  names = path_name(path).split("/")
   name = names[-2] if len(names) > 1 and names[-1] == "value" else names[-1]
   return not (name.endswith("norm") or name in ("bq", "bk", "bv"))
 
